@@ -1,0 +1,33 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+)
+
+// Do acquires name on l (waiting as Acquire does), runs fn with a context
+// that ends when the lease ends or ctx ends, and always releases the lock,
+// even when fn panics or ctx was cancelled meanwhile. It returns fn's error;
+// if fn returned nil but the lease was lost while it ran, it returns an
+// error wrapping ErrLockLost, because fn's work may have overlapped with
+// another holder's (use Lease.Token to fence it).
+func Do(ctx context.Context, l *Locker, name string, opts *AcquireOptions, fn func(ctx context.Context, lease *Lease) error) (err error) {
+	lease, err := l.Acquire(ctx, name, opts)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := lease.Context(ctx)
+	defer func() {
+		cancel()
+		lost := lease.Err()
+		relErr := lease.Release(context.WithoutCancel(ctx))
+		switch {
+		case err != nil:
+		case lost != nil && !errors.Is(lost, ErrReleased):
+			err = lost
+		case relErr != nil:
+			err = relErr
+		}
+	}()
+	return fn(lctx, lease)
+}

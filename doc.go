@@ -1,0 +1,48 @@
+// Package dlock is one API for distributed locks over Redis, ZooKeeper,
+// PostgreSQL and MySQL, with fencing tokens and a lost-lease signal on every
+// backend.
+//
+// A backend is chosen by URL; import its driver package for its side effect:
+//
+//	import (
+//		"github.com/dlock-go/dlock"
+//		_ "github.com/dlock-go/dlock/redis"
+//	)
+//
+//	l, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+//	lease, err := l.Acquire(ctx, "orders/42", nil) // blocks until held or ctx ends
+//	defer lease.Release(ctx)
+//	select {
+//	case <-lease.Done(): // lost: stop writing
+//	default:
+//	}
+//	db.Exec("UPDATE orders SET ... WHERE id = 42 AND fence < $1", lease.Token())
+//
+// # Leases
+//
+// A Lease lasts its TTL (default 30s) and is refreshed every TTL/3 by a
+// keep-alive until released. Its Done channel closes when it ends. On
+// TTL-bound backends Done closes at a local deadline computed on the
+// monotonic clock from the start of the last successful acquire or refresh
+// request, minus a drift margin (1% of the TTL + 2ms), so a holder learns
+// of the loss before the server can give the lock to someone else.
+//
+// No lease lock gives mutual exclusion under long process pauses or network
+// partitions by itself. The fencing token does: Token strictly increases
+// across successive holders of a name, and the protected resource must
+// refuse a write whose token is lower than one it has already seen.
+//
+// # Schemes
+//
+// mem:// (package memory), redis://, rediss://, redis+cluster://,
+// redlock:// (package redis), zk:// (package zookeeper), postgres:// and
+// postgresql:// (package postgres), mysql:// (package mysql). Schemes lists
+// those registered in a program.
+//
+// # Drivers
+//
+// A backend implements driver.Locker and is proved by the conformance suite
+// (package conformance). Everything that is the same for every backend —
+// argument checks, waiting, keep-alive, deadlines, reentrancy, closing,
+// error wrapping — is done here, once.
+package dlock

@@ -1,0 +1,252 @@
+// Package driver defines the interface that every dlock backend implements.
+//
+// Application code does not use this package: it uses the portable types in
+// package dlock (*dlock.Locker and *dlock.Lease), which do, once for every
+// backend, what is the same everywhere: argument checks, waiting, keep-alive,
+// the local lease deadline, reentrancy, closing and error wrapping. A driver
+// does only what its backend must: one attempt to acquire, refresh, release,
+// and optionally a native way to wait.
+//
+// Each method's comment states the contract that the conformance suite
+// (package github.com/dlock-go/dlock/conformance) checks.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Drivers return them, wrapped or not; callers test with
+// errors.Is. The root package re-exports them as dlock.ErrNotAcquired etc.
+var (
+	// ErrNotAcquired: the lock is held by someone else (one attempt failed).
+	ErrNotAcquired = errors.New("dlock: lock is held by another owner")
+	// ErrNotHeld: the caller does not hold the lock (any more).
+	ErrNotHeld = errors.New("dlock: lock is not held")
+	// ErrLockLost: the lease ended without a release: expired, revoked by the
+	// server, or its session or connection was lost.
+	ErrLockLost = errors.New("dlock: lock lost")
+	// ErrReleased: the lease ended because its holder released it.
+	ErrReleased = errors.New("dlock: lease released")
+	// ErrInvalidName: the lock name is empty, not UTF-8, too long, or not
+	// storable by the backend.
+	ErrInvalidName = errors.New("dlock: invalid lock name")
+	// ErrInvalidOption: an option (a TTL, a URL parameter) is out of range or unknown.
+	ErrInvalidOption = errors.New("dlock: invalid option")
+	// ErrClosed: the Locker was closed.
+	ErrClosed = errors.New("dlock: locker closed")
+	// ErrUnsupported: the backend cannot do what was asked.
+	ErrUnsupported = errors.New("dlock: unsupported by this backend")
+)
+
+// Request describes one attempt to acquire a lock. The portable layer has
+// already validated every field: Name is non-empty UTF-8 within the driver's
+// MaxNameLen and accepted by its NameValidator, TTL is at least a millisecond.
+type Request struct {
+	// Name is the lock name.
+	Name string
+	// TTL is the lease length. A TTL-bound driver makes the server expire the
+	// lease TTL after the request started unless it is refreshed. A
+	// session-bound driver (Capabilities.SessionBound) may ignore it.
+	TTL time.Duration
+	// Owner describes the holder for diagnostics (dlock status). It is not
+	// the value that makes release safe: the driver generates its own unique
+	// value per grant for that.
+	Owner string
+}
+
+// Locker is the interface that a backend implements. A *dlock.Locker wraps
+// exactly one driver.Locker. All methods must be safe for concurrent use.
+type Locker interface {
+	// TryAcquire makes one attempt to acquire req.Name.
+	//
+	// It returns a Lease when the lock was granted, and an error wrapping
+	// ErrNotAcquired when another owner holds it. It must not wait for the
+	// holder: its latency is bounded by a small number of round trips.
+	// It must honour ctx; context errors are returned unwrapped or wrapped
+	// (errors.Is must find them). When it returns an error, nothing of the
+	// attempt may remain on the server that could block another acquirer.
+	//
+	// Each grant's Token must be greater than the token of every earlier
+	// grant of the same name on this backend, unless Capabilities.Fencing is
+	// false.
+	TryAcquire(ctx context.Context, req Request) (Lease, error)
+
+	// Capabilities reports what the backend guarantees. It must return the
+	// same value on every call.
+	Capabilities() Capabilities
+
+	// Close releases the driver's resources (connections it opened, its
+	// subscriptions). The portable layer has already ended every lease. It
+	// must not close a client that was passed in by the user.
+	Close() error
+}
+
+// Lease is one grant of a lock by a driver.
+type Lease interface {
+	// Token returns the fencing token of this grant.
+	Token() uint64
+
+	// Refresh extends the lease by ttl, measured from the start of the call.
+	// It must succeed only while this grant still holds the lock on the
+	// server; otherwise it returns an error wrapping ErrNotHeld and must not
+	// re-create or extend anybody's lock. A session-bound driver verifies
+	// that its session or connection is alive. Transient failures
+	// (network) are returned as they are; the portable layer retries them
+	// until the local deadline passes.
+	Refresh(ctx context.Context, ttl time.Duration) error
+
+	// Release frees the lock if and only if this grant still holds it. When
+	// the lock is no longer held by this grant (expired, taken by another
+	// owner) it returns an error wrapping ErrNotHeld and changes nothing.
+	// The portable layer calls it at most once, with a context that is not
+	// already cancelled. Refresh and Release of one lease may run
+	// concurrently (a keep-alive in flight while the holder releases): a
+	// driver whose connection cannot carry two requests at once serialises
+	// them, and a Refresh that arrives after the Release must fail.
+	Release(ctx context.Context) error
+
+	// Lost returns a channel that the driver closes as soon as it learns
+	// that the lease is gone (a session expired, a connection broke, the
+	// server revoked it) — earlier than the portable layer's deadline would
+	// notice. A driver that cannot tell returns nil.
+	Lost() <-chan struct{}
+}
+
+// Blocker is implemented by drivers whose backend can wait natively: a
+// server-side queue (ZooKeeper sequential nodes, a SQL row lock, an
+// advisory lock) or an in-process queue. The portable layer calls Acquire
+// instead of looping over TryAcquire.
+type Blocker interface {
+	// Acquire blocks until the lock is granted or ctx ends. When ctx ends
+	// it returns ctx.Err() (possibly wrapped) and leaves nothing behind: no
+	// queued node, row or waiter; the clean-up uses a fresh bounded context.
+	//
+	// Because a blocking grant may happen long after the call started, the
+	// returned lease must implement Granted, reporting a local time at or
+	// before the moment the server started the lease's TTL.
+	Acquire(ctx context.Context, req Request) (Lease, error)
+}
+
+// Granted is implemented by leases whose grant time differs from the start
+// of the request that produced them (those returned by Blocker.Acquire).
+type Granted interface {
+	// GrantedAt returns a local time, read from the monotonic clock, at or
+	// before the moment the server began the lease's TTL.
+	GrantedAt() time.Time
+}
+
+// Watcher is implemented by drivers that can tell a waiter when a name may
+// have become free (Redis pub/sub, PostgreSQL LISTEN/NOTIFY). The portable
+// layer watches first, then tries, then waits on the channel, so a release
+// between the try and the wait is not missed.
+type Watcher interface {
+	// Watch registers interest in releases of name. The returned channel
+	// receives a value (or is closed) after a release of name that happened
+	// after Watch returned; spurious wake-ups are allowed, missed ones must
+	// be rare (the portable layer also waits on a fallback timer). stop
+	// unregisters and must be called exactly once.
+	Watch(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
+}
+
+// NameValidator is implemented by drivers that cannot store every UTF-8
+// name up to Capabilities.MaxNameLen bytes. ValidateName returns an error
+// wrapping ErrInvalidName for a name the backend cannot store. It must not
+// contact the server.
+type NameValidator interface {
+	ValidateName(name string) error
+}
+
+// WaitKind says how a backend's waiters learn that a lock became free.
+type WaitKind string
+
+const (
+	// WaitQueue: a queue that grants the lock to a waiter (in-process queue,
+	// ZooKeeper sequential nodes, a SQL server's lock queue).
+	WaitQueue WaitKind = "queue"
+	// WaitNotify: waiters are woken by a notification and then try again
+	// (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, a ZooKeeper watch).
+	WaitNotify WaitKind = "notify"
+	// WaitPoll: waiters retry with capped exponential backoff and jitter.
+	WaitPoll WaitKind = "poll"
+)
+
+// Capabilities says what a backend guarantees. The README's capability
+// table is generated from these values.
+type Capabilities struct {
+	// Backend is a short name: "memory", "redis", "zookeeper", ...
+	Backend string
+	// Strategy names the locking strategy within the backend ("set-nx",
+	// "redlock", "forupdate", "version", "advisory", "getlock", "fair", ...).
+	Strategy string
+	// Fencing: tokens strictly increase across successive holders of a name.
+	Fencing bool
+	// FencingNote says what the token is ("INCR counter", "czxid", ...) or
+	// why fencing is not promised.
+	FencingNote string
+	// TokensSurviveRestart: tokens keep increasing across a server restart.
+	TokensSurviveRestart bool
+	// Fair: waiters are granted in arrival order.
+	Fair bool
+	// Wait says how waiters are woken.
+	Wait WaitKind
+	// SessionBound: the lease lives as long as a session or connection,
+	// not a TTL on the server. The driver signals loss through Lease.Lost
+	// and the portable layer does not enforce a TTL deadline.
+	SessionBound bool
+	// ReleaseOnCrash is an upper bound on how long after the holder's
+	// process dies the lock becomes free: 0 means at once (the connection
+	// closes); -1 means "the lease TTL". Other values are durations.
+	ReleaseOnCrash time.Duration
+	// MaxNameLen is the longest name in bytes the backend stores (0 means
+	// the portable limit of 1024 bytes).
+	MaxNameLen int
+	// Reentrant is set by the portable layer, which makes every backend
+	// reentrant for a non-empty AcquireOptions.Owner; drivers leave it false.
+	Reentrant bool
+	// Notes are free-form remarks for the capability table.
+	Notes string
+}
+
+// ReleaseAfterTTL is the value of Capabilities.ReleaseOnCrash for backends
+// whose locks outlive a dead holder by at most the lease TTL.
+const ReleaseAfterTTL time.Duration = -1
+
+// NotAcquiredError is an error a driver may return from TryAcquire instead of
+// a bare ErrNotAcquired, to tell the portable layer when the current holder's
+// lease ends at the latest (a Redis PTTL, a SQL expiry): a waiter then sleeps
+// no longer than that before trying again. errors.Is(err, ErrNotAcquired)
+// holds for it.
+type NotAcquiredError struct {
+	// RetryAfter is how long the current holder's lease may still last;
+	// zero means unknown.
+	RetryAfter time.Duration
+}
+
+func (e *NotAcquiredError) Error() string { return ErrNotAcquired.Error() }
+
+// Is reports whether target is ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Inspector is implemented by drivers that can report a lock's state
+// without taking it (used by "dlock status").
+type Inspector interface {
+	// Inspect returns what the backend knows about name. Fields it cannot
+	// know are left zero.
+	Inspect(ctx context.Context, name string) (Info, error)
+}
+
+// Info is what a backend can say about a lock.
+type Info struct {
+	// Held reports whether some owner holds the lock now.
+	Held bool
+	// Owner is the holder's Request.Owner, where the backend stores it.
+	Owner string
+	// TTL is how long the current lease may still last (0: unknown or none).
+	TTL time.Duration
+	// Fence is the last fencing token issued for the name (0: unknown).
+	Fence uint64
+	// Waiters is the number of queued waiters (-1: unknown).
+	Waiters int
+}

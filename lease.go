@@ -1,0 +1,313 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Lease is a held lock. Its Done channel closes when the lease ends:
+// released, lost (expired, revoked, session or connection broken) or its
+// Locker closed; Err then says which. A Lease from a reentrant Acquire
+// shares Done, Err and Token with the outer one; each must be released.
+type Lease struct {
+	h        *hold
+	released atomic.Bool
+}
+
+// hold is one grant from the driver, shared by the Leases of a reentrant
+// owner. Its goroutine (run) keeps it alive and watches its deadline.
+type hold struct {
+	l         *Locker
+	name      string
+	ttl       time.Duration
+	keepAlive bool
+	dl        driver.Lease
+	token     uint64
+	slot      *ownerSlot
+	key       ownerKey
+
+	mu        sync.Mutex
+	deadline  time.Time // zero for session-bound backends
+	count     int       // reentrant hold count
+	err       error     // non-nil once done is closed
+	releasing bool
+
+	dlReleased atomic.Bool // the driver's Release was called
+
+	done chan struct{}
+	stop chan struct{} // closed by end: stops run
+	bump chan struct{} // the deadline moved: re-arm the timer
+}
+
+// Name returns the lock name.
+func (ls *Lease) Name() string { return ls.h.name }
+
+// Token returns the fencing token: it is greater than the token of every
+// earlier holder of this name (on backends whose Capabilities say
+// Fencing). Pass it to the resource you protect and have the resource
+// reject writes with a token lower than one it has seen.
+func (ls *Lease) Token() uint64 { return ls.h.token }
+
+// TTL returns the lease length asked for.
+func (ls *Lease) TTL() time.Duration { return ls.h.ttl }
+
+// Done returns a channel that is closed when the lease ends. On TTL-bound
+// backends it closes at the local deadline (the start of the last
+// successful acquire or refresh request plus the TTL minus a drift margin),
+// which is before the server can expire the lease.
+func (ls *Lease) Done() <-chan struct{} { return ls.h.done }
+
+// Err returns nil while the lease is held, then ErrReleased, ErrLockLost
+// (wrapped with the reason) or ErrClosed.
+func (ls *Lease) Err() error {
+	ls.h.mu.Lock()
+	defer ls.h.mu.Unlock()
+	return ls.h.err
+}
+
+// Deadline returns the local time until which the lease is known to be
+// held, and false for session-bound backends, which have none.
+func (ls *Lease) Deadline() (time.Time, bool) {
+	ls.h.mu.Lock()
+	defer ls.h.mu.Unlock()
+	return ls.h.deadline, !ls.h.deadline.IsZero()
+}
+
+// Context returns a context derived from parent that is cancelled when the
+// lease ends (context.Cause is then the lease's Err) or parent ends. Call
+// cancel when done with it.
+func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-ls.h.done:
+			cancel(ls.Err())
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// Refresh extends the lease by its TTL from now. It returns an error
+// wrapping ErrNotHeld when the lease has already ended or the server no
+// longer holds it for this owner; it never re-creates a lock.
+func (ls *Lease) Refresh(ctx context.Context) error {
+	h := ls.h
+	if ls.released.Load() {
+		return fmt.Errorf("dlock: refresh %q: %w (released)", h.name, ErrNotHeld)
+	}
+	if err := h.currentErr(); err != nil {
+		return fmt.Errorf("dlock: refresh %q: %w (%w)", h.name, ErrNotHeld, err)
+	}
+	if err := h.refresh(ctx); err != nil {
+		return wrap("refresh", h.name, ctx, err)
+	}
+	return nil
+}
+
+// Release frees the lock (for a reentrant owner: decrements the hold
+// count, freeing the lock at the last Release). It works even when ctx was
+// already cancelled: the release then uses a fresh bounded context. It
+// returns an error wrapping ErrNotHeld when the lease had already ended or
+// was released before; it never frees another owner's lock.
+func (ls *Lease) Release(ctx context.Context) error {
+	h := ls.h
+	if !ls.released.CompareAndSwap(false, true) {
+		return fmt.Errorf("dlock: release %q: %w (released twice)", h.name, ErrNotHeld)
+	}
+	if ctx == nil || ctx.Err() != nil {
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = cleanupContext(ctx)
+		defer cancel()
+	}
+	h.l.mu.Lock() // orders with a reentrant Acquire joining this hold
+	h.mu.Lock()
+	h.count--
+	if h.count > 0 {
+		h.mu.Unlock()
+		h.l.mu.Unlock()
+		return nil
+	}
+	prior := h.err
+	h.releasing = true
+	if h.slot != nil && h.slot.hold == h {
+		h.slot.hold = nil // a new Acquire by this owner starts a new hold
+	}
+	h.mu.Unlock()
+	h.l.mu.Unlock()
+
+	if prior != nil {
+		// Already lost: still ask the server to free it, in case it has not
+		// expired there yet. The owner check keeps a new holder safe.
+		_ = h.releaseDriver(ctx)
+		return fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, prior)
+	}
+	h.end(ErrReleased)
+	err := h.releaseDriver(ctx)
+	if err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			h.setErr(fmt.Errorf("%w: the server no longer held it at release", ErrLockLost))
+		}
+		return wrap("release", h.name, nil, err)
+	}
+	return nil
+}
+
+// releaseDriver calls the driver's Release at most once per grant.
+func (h *hold) releaseDriver(ctx context.Context) error {
+	if !h.dlReleased.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: already released", ErrNotHeld)
+	}
+	return h.dl.Release(ctx)
+}
+
+func (h *hold) currentErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+func (h *hold) setErr(err error) {
+	h.mu.Lock()
+	h.err = err
+	h.mu.Unlock()
+}
+
+// end closes done with err, once, and stops the keep-alive. It reports
+// whether this call ended the hold.
+func (h *hold) end(err error) bool {
+	h.mu.Lock()
+	if h.err != nil {
+		h.mu.Unlock()
+		return false
+	}
+	h.err = err
+	close(h.stop)
+	close(h.done)
+	h.mu.Unlock()
+	h.l.forget(h)
+	return true
+}
+
+// refresh calls the driver's Refresh and, on success, moves the deadline to
+// the start of the request plus the TTL minus the drift margin.
+func (h *hold) refresh(ctx context.Context) error {
+	h.mu.Lock()
+	dl := h.deadline
+	h.mu.Unlock()
+	if !dl.IsZero() {
+		// A refresh that returns after the deadline is useless: the lease
+		// is reported lost then anyway.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	start := time.Now()
+	err := h.dl.Refresh(ctx, h.ttl)
+	if err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			h.end(fmt.Errorf("%w: refresh found it no longer held", ErrLockLost))
+		}
+		return err
+	}
+	h.mu.Lock()
+	if h.err == nil && !h.deadline.IsZero() {
+		if nd := start.Add(h.ttl - drift(h.ttl)); nd.After(h.deadline) {
+			h.deadline = nd
+		}
+	}
+	h.mu.Unlock()
+	select {
+	case h.bump <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// run is the hold's one goroutine: it refreshes every TTL/3 (unless keep-
+// alive is off), ends the hold at its deadline, and on the driver's loss
+// signal.
+func (h *hold) run() {
+	defer h.l.wg.Done()
+	lost := h.dl.Lost()
+	var deadlineC <-chan time.Time
+	var deadlineT *time.Timer
+	arm := func() {
+		h.mu.Lock()
+		dl := h.deadline
+		h.mu.Unlock()
+		if dl.IsZero() {
+			return
+		}
+		d := time.Until(dl)
+		if deadlineT == nil {
+			deadlineT = time.NewTimer(d)
+			deadlineC = deadlineT.C
+		} else {
+			deadlineT.Reset(d)
+		}
+	}
+	arm()
+	defer func() {
+		if deadlineT != nil {
+			deadlineT.Stop()
+		}
+	}()
+
+	var refreshC <-chan time.Time
+	interval := h.ttl / 3
+	var refreshT *time.Timer
+	if h.keepAlive {
+		refreshT = time.NewTimer(interval)
+		refreshC = refreshT.C
+		defer refreshT.Stop()
+	}
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-lost:
+			h.end(fmt.Errorf("%w: the backend reported the lease gone", ErrLockLost))
+			return
+		case <-h.bump:
+			arm()
+		case <-deadlineC:
+			h.mu.Lock()
+			expired := !h.deadline.IsZero() && !time.Now().Before(h.deadline)
+			h.mu.Unlock()
+			if expired {
+				h.end(fmt.Errorf("%w: lease expired (not refreshed within its TTL of %v)", ErrLockLost, h.ttl))
+				return
+			}
+			arm()
+		case <-refreshC:
+			h.mu.Lock()
+			stopping := h.releasing || h.err != nil
+			h.mu.Unlock()
+			if stopping {
+				return
+			}
+			err := h.refresh(context.Background())
+			next := interval
+			if err != nil {
+				if errors.Is(err, ErrNotHeld) || h.currentErr() != nil {
+					return
+				}
+				// Transient: try again soon, until the deadline ends it.
+				next = max(interval/4, time.Millisecond)
+			} else {
+				arm()
+			}
+			refreshT.Reset(next)
+		}
+	}
+}

@@ -1,0 +1,374 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Capabilities says what a backend guarantees; see driver.Capabilities.
+type Capabilities = driver.Capabilities
+
+// Info is what a backend can say about a lock without taking it.
+type Info = driver.Info
+
+// Locker acquires locks on one backend. It is safe for concurrent use by
+// many goroutines; each Locker stands for one client of the backend (one
+// connection pool, one session). Open one per process and share it.
+//
+// The Locker does, once for every backend: argument checks, waiting (the
+// backend's native queue or wake-up when it has one, capped exponential
+// backoff with jitter otherwise), keep-alive, the local lease deadline,
+// reentrancy, closing and error wrapping.
+type Locker struct {
+	drv       driver.Locker
+	caps      driver.Capabilities
+	blocker   driver.Blocker
+	watcher   driver.Watcher
+	inspector driver.Inspector
+
+	mu     sync.Mutex
+	closed bool
+	holds  map[*hold]struct{}
+	owners map[ownerKey]*ownerSlot
+	wg     sync.WaitGroup // keep-alive goroutines
+}
+
+type ownerKey struct{ name, owner string }
+
+// ownerSlot serialises acquisitions by one owner of one name, so that two
+// goroutines of the same owner join one hold instead of racing.
+type ownerSlot struct {
+	sem  chan struct{} // capacity 1: held while acquiring
+	hold *hold         // the live hold, or nil
+	refs int           // goroutines using the slot
+}
+
+// NewLocker returns a Locker over a driver. Driver packages call it from
+// their OpenLocker constructors; applications usually call Open.
+func NewLocker(drv driver.Locker) *Locker {
+	l := &Locker{
+		drv:    drv,
+		caps:   drv.Capabilities(),
+		holds:  make(map[*hold]struct{}),
+		owners: make(map[ownerKey]*ownerSlot),
+	}
+	l.caps.Reentrant = true
+	l.blocker, _ = drv.(driver.Blocker)
+	l.watcher, _ = drv.(driver.Watcher)
+	l.inspector, _ = drv.(driver.Inspector)
+	return l
+}
+
+// Driver returns the driver underneath, for its As-style extensions.
+func (l *Locker) Driver() driver.Locker { return l.drv }
+
+// Capabilities reports what the backend guarantees.
+func (l *Locker) Capabilities() Capabilities { return l.caps }
+
+// Acquire blocks until it holds the lock name, or ctx ends. When ctx ends
+// it returns ctx.Err() unwrapped and leaves nothing behind on the server.
+func (l *Locker) Acquire(ctx context.Context, name string, opts *AcquireOptions) (*Lease, error) {
+	return l.acquire(ctx, name, opts, true)
+}
+
+// TryAcquire makes one attempt to take the lock name. It returns an error
+// wrapping ErrNotAcquired at once when another owner holds it.
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptions) (*Lease, error) {
+	return l.acquire(ctx, name, opts, false)
+}
+
+// Inspect reports what the backend knows about the lock name without
+// taking it; ErrUnsupported when the backend cannot tell.
+func (l *Locker) Inspect(ctx context.Context, name string) (Info, error) {
+	if err := l.validateName(name); err != nil {
+		return Info{}, fmt.Errorf("dlock: inspect: %w", err)
+	}
+	if l.isClosed() {
+		return Info{}, fmt.Errorf("dlock: inspect %q: %w", name, ErrClosed)
+	}
+	if l.inspector == nil {
+		return Info{}, fmt.Errorf("dlock: inspect %q: %w (%s)", name, ErrUnsupported, l.caps.Backend)
+	}
+	info, err := l.inspector.Inspect(ctx, name)
+	if err != nil {
+		return Info{}, wrap("inspect", name, ctx, err)
+	}
+	return info, nil
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions, wait bool) (*Lease, error) {
+	op := "acquire"
+	if !wait {
+		op = "try-acquire"
+	}
+	if err := l.validateName(name); err != nil {
+		return nil, fmt.Errorf("dlock: %s: %w", op, err)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	owner := opts.owner()
+	if owner == "" {
+		h, err := l.grant(ctx, op, name, opts, wait)
+		if err != nil {
+			return nil, err
+		}
+		return &Lease{h: h}, nil
+	}
+
+	// Reentrant path: one slot per (name, owner) on this Locker.
+	key := ownerKey{name, owner}
+	l.mu.Lock()
+	slot := l.owners[key]
+	if slot == nil {
+		slot = &ownerSlot{sem: make(chan struct{}, 1)}
+		l.owners[key] = slot
+	}
+	slot.refs++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		slot.refs--
+		if slot.refs == 0 && slot.hold == nil {
+			delete(l.owners, key)
+		}
+		l.mu.Unlock()
+	}()
+	select {
+	case slot.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-slot.sem }()
+
+	l.mu.Lock()
+	if h := slot.hold; h != nil {
+		h.mu.Lock()
+		live := h.err == nil
+		if live {
+			h.count++
+		}
+		h.mu.Unlock()
+		if live {
+			l.mu.Unlock()
+			return &Lease{h: h}, nil
+		}
+		slot.hold = nil
+	}
+	l.mu.Unlock()
+
+	h, err := l.grant(ctx, op, name, opts, wait)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	slot.hold = h
+	h.slot, h.key = slot, key
+	l.mu.Unlock()
+	return &Lease{h: h}, nil
+}
+
+// grant obtains a driver lease and starts its hold.
+func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
+	ttl := opts.ttl()
+	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
+	var (
+		dl    driver.Lease
+		start time.Time
+		err   error
+	)
+	switch {
+	case !wait:
+		start = time.Now()
+		dl, err = l.drv.TryAcquire(ctx, req)
+	case l.blocker != nil:
+		start = time.Now()
+		dl, err = l.blocker.Acquire(ctx, req)
+	default:
+		dl, start, err = l.waitLoop(ctx, req)
+	}
+	if err != nil {
+		return nil, wrap(op, name, ctx, err)
+	}
+	if g, ok := dl.(driver.Granted); ok {
+		if t := g.GrantedAt(); !t.IsZero() && t.After(start) {
+			start = t
+		}
+	}
+	h := &hold{
+		l:         l,
+		name:      name,
+		ttl:       ttl,
+		keepAlive: opts.keepAlive(),
+		dl:        dl,
+		token:     dl.Token(),
+		count:     1,
+		done:      make(chan struct{}),
+		stop:      make(chan struct{}),
+		bump:      make(chan struct{}, 1),
+	}
+	if !l.caps.SessionBound {
+		h.deadline = start.Add(ttl - drift(ttl))
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		rctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		_ = dl.Release(rctx)
+		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+	}
+	l.holds[h] = struct{}{}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go h.run()
+	return h, nil
+}
+
+// Backoff bounds for waiting without a native queue. With a Watcher the
+// timer is only a fallback for a lost wake-up or a holder that expired
+// without releasing, so it may be longer.
+const (
+	pollMin        = 2 * time.Millisecond
+	pollMax        = 100 * time.Millisecond
+	watchFallback  = 50 * time.Millisecond
+	watchMax       = time.Second
+	cleanupTimeout = 5 * time.Second
+)
+
+// waitLoop tries until granted: watch first, then try, then wait for a
+// wake-up, a backoff timer, or the end of ctx.
+func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+	var wake <-chan struct{}
+	lo, hi := pollMin, pollMax
+	if l.watcher != nil {
+		w, stop, err := l.watcher.Watch(ctx, req.Name)
+		if err == nil {
+			defer stop()
+			wake = w
+			lo, hi = watchFallback, watchMax
+		} else if ctx.Err() != nil {
+			return nil, time.Time{}, ctx.Err()
+		}
+		// A failed Watch degrades to polling.
+	}
+	step := lo
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		start := time.Now()
+		dl, err := l.drv.TryAcquire(ctx, req)
+		if err == nil {
+			return dl, start, nil
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return nil, start, err
+		}
+		// Full jitter in [step/2, step), then double up to the cap.
+		d := step/2 + rand.N(step/2+1)
+		var na *driver.NotAcquiredError
+		if errors.As(err, &na) && na.RetryAfter > 0 && na.RetryAfter < d {
+			d = na.RetryAfter + time.Millisecond
+		}
+		step = min(step*2, hi)
+		timer.Reset(d)
+		select {
+		case <-wake:
+			step = lo
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, start, ctx.Err()
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// Close ends every lease of this Locker (their Done channels close with
+// ErrClosed), releases them on the server, and closes the driver. Later
+// calls return ErrClosed. Close is idempotent.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	holds := make([]*hold, 0, len(l.holds))
+	for h := range l.holds {
+		holds = append(holds, h)
+	}
+	l.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, h := range holds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if h.end(ErrClosed) {
+				_ = h.releaseDriver(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	l.wg.Wait()
+	if err := l.drv.Close(); err != nil {
+		return fmt.Errorf("dlock: close: %w", err)
+	}
+	return nil
+}
+
+func (l *Locker) forget(h *hold) {
+	l.mu.Lock()
+	delete(l.holds, h)
+	if h.slot != nil && h.slot.hold == h {
+		h.slot.hold = nil
+		if h.slot.refs == 0 {
+			delete(l.owners, h.key)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// wrap adds the operation and name to a driver error, once. Context
+// errors are returned unwrapped when ctx has ended.
+func wrap(op, name string, ctx context.Context, err error) error {
+	if ctx != nil && ctx.Err() != nil && isContextErr(err) {
+		return ctx.Err()
+	}
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// cleanupContext returns a fresh bounded context for clean-up work that
+// must happen even though ctx was cancelled (values of ctx are kept).
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}

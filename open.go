@@ -1,0 +1,110 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Opener opens a driver from a URL. It receives the whole URL, password
+// included (it must never put the password into an error: Open scrubs the
+// error text anyway), and must reject parameters it does not know
+// (driver.Params does that).
+type Opener func(ctx context.Context, rawURL string) (driver.Locker, error)
+
+var registry struct {
+	sync.RWMutex
+	openers map[string]Opener
+}
+
+// Register makes a driver available under a URL scheme. Driver packages
+// call it from init. It panics if scheme is registered twice or opener is
+// nil, like sql.Register.
+func Register(scheme string, opener Opener) {
+	registry.Lock()
+	defer registry.Unlock()
+	scheme = strings.ToLower(scheme)
+	if opener == nil {
+		panic("dlock: Register opener is nil")
+	}
+	if _, dup := registry.openers[scheme]; dup {
+		panic("dlock: Register called twice for scheme " + scheme)
+	}
+	if registry.openers == nil {
+		registry.openers = make(map[string]Opener)
+	}
+	registry.openers[scheme] = opener
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]string, 0, len(registry.openers))
+	for s := range registry.openers {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Open opens a Locker for the backend named by the URL's scheme, for
+// example "redis://127.0.0.1:6379/0", "zk://127.0.0.1:2181/locks",
+// "postgres://user:pass@127.0.0.1/db?strategy=advisory" or "mem://". The
+// driver's package must be imported (for its side effect of registering
+// the scheme). Unknown URL parameters are an error. The URL's password
+// never appears in a returned error.
+func Open(ctx context.Context, rawURL string) (*Locker, error) {
+	i := strings.Index(rawURL, "://")
+	if i <= 0 {
+		return nil, fmt.Errorf("%w: malformed URL %q: want scheme://...", ErrInvalidOption, driver.Redact(rawURL))
+	}
+	scheme := strings.ToLower(rawURL[:i])
+	registry.RLock()
+	opener := registry.openers[scheme]
+	registry.RUnlock()
+	if opener == nil {
+		return nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s; forgotten import?)",
+			ErrInvalidOption, scheme, strings.Join(Schemes(), ", "))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	drv, err := opener(ctx, rawURL)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && isContextErr(err) {
+			return nil, ctxErr
+		}
+		return nil, scrub(fmt.Errorf("dlock: open %s: %w", driver.Redact(rawURL), err), driver.Secrets(rawURL))
+	}
+	return NewLocker(drv), nil
+}
+
+// scrubbed is an error whose text has secrets replaced; errors.Is and
+// errors.As still see the original chain.
+type scrubbed struct {
+	err error
+	msg string
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+func scrub(err error, secrets []string) error {
+	msg := err.Error()
+	changed := false
+	for _, s := range secrets {
+		if len(s) >= 1 && strings.Contains(msg, s) {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+			changed = true
+		}
+	}
+	if !changed {
+		return err
+	}
+	return &scrubbed{err: err, msg: msg}
+}
