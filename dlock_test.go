@@ -605,3 +605,39 @@ func TestMemoryFIFO(t *testing.T) {
 		}
 	}
 }
+
+func TestCloseEndsWaiters(t *testing.T) {
+	ctx := testCtx(t)
+	for _, native := range []bool{true, false} {
+		ns := memory.NewNamespace()
+		holder := memory.OpenLocker(ns)
+		defer holder.Close()
+		var l *dlock.Locker
+		if native {
+			l = memory.OpenLocker(ns)
+		} else {
+			l = dlock.NewLocker(&counting{Locker: memory.OpenLocker(ns).Driver()})
+		}
+		if _, err := holder.Acquire(ctx, "w", nil); err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(ctx, "w", nil)
+			errc <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		l.Close()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("native=%v: waiting Acquire after Close = %v; want ErrClosed", native, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("native=%v: Close did not end a waiting Acquire", native)
+		}
+		if w := ns.Waiters("w"); w != 0 {
+			t.Errorf("native=%v: %d waiters left after Close", native, w)
+		}
+	}
+}

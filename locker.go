@@ -32,6 +32,10 @@ type Locker struct {
 	watcher   driver.Watcher
 	inspector driver.Inspector
 
+	// closing is cancelled by Close, which ends acquisitions in flight.
+	closing     context.Context
+	closeCancel context.CancelFunc
+
 	mu     sync.Mutex
 	closed bool
 	holds  map[*hold]struct{}
@@ -59,6 +63,7 @@ func NewLocker(drv driver.Locker) *Locker {
 		owners: make(map[ownerKey]*ownerSlot),
 	}
 	l.caps.Reentrant = true
+	l.closing, l.closeCancel = context.WithCancel(context.Background())
 	l.blocker, _ = drv.(driver.Blocker)
 	l.watcher, _ = drv.(driver.Watcher)
 	l.inspector, _ = drv.(driver.Inspector)
@@ -186,8 +191,26 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	return &Lease{h: h}, nil
 }
 
-// grant obtains a driver lease and starts its hold.
+// grant obtains a driver lease and starts its hold. Close ends a grant in
+// flight with ErrClosed.
 func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
+	if wait {
+		outer := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(l.closing, cancel)
+		defer stop()
+		h, err := l.grant1(ctx, op, name, opts, wait)
+		if err != nil && outer.Err() == nil && l.closing.Err() != nil {
+			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+		}
+		return h, err
+	}
+	return l.grant1(ctx, op, name, opts, wait)
+}
+
+func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
 	var (
@@ -291,8 +314,11 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease
 		step = min(step*2, hi)
 		timer.Reset(d)
 		select {
-		case <-wake:
+		case _, ok := <-wake:
 			step = lo
+			if !ok { // a closed channel would wake us forever: poll instead
+				wake, lo, hi = nil, pollMin, pollMax
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, start, ctx.Err()
@@ -316,6 +342,7 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
+	l.closeCancel()
 	holds := make([]*hold, 0, len(l.holds))
 	for h := range l.holds {
 		holds = append(holds, h)
