@@ -1,0 +1,210 @@
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Result is what one run measured.
+type Result struct {
+	Backend string `json:"backend"`
+	Fault   string `json:"fault"`
+	Clients int    `json:"clients"`
+	// TTL and Duration of the run.
+	TTL      time.Duration `json:"ttl_ns"`
+	Duration time.Duration `json:"duration_ns"`
+	// Injections counts the faults injected.
+	Injections int `json:"injections"`
+	// Ops counts the calls recorded (acquire, release, write).
+	Ops    int `json:"ops"`
+	Grants int `json:"grants"`
+	// Writes to the fenced register, and how many it rejected.
+	Writes         int `json:"writes"`
+	WritesRejected int `json:"writes_rejected"`
+
+	// FencedViolations is the number of violations the fenced-mutex
+	// checker found (-1: not checked; FencedNote says why).
+	FencedViolations int    `json:"fenced_violations"`
+	FencedNote       string `json:"fenced_note,omitempty"`
+	// Visualization is the file with porcupine's visualisation of a
+	// failing history ("" when none).
+	Visualization string `json:"visualization,omitempty"`
+
+	// Overlaps counts pairs of grants whose holders both believed they
+	// held the lock at the same time (the raw history as a plain mutex),
+	// and LongestOverlap the longest such window.
+	Overlaps       int           `json:"raw_overlaps"`
+	LongestOverlap time.Duration `json:"raw_longest_overlap_ns"`
+
+	// Recoveries are the times from a holder's death (kill, pause) to the
+	// next grant; RecoveryMissing counts deaths with no grant before the
+	// run ended. RecoveryBound is the backend's stated bound and
+	// RecoverySlack what waiters are allowed on top to notice.
+	Recoveries      []time.Duration `json:"recoveries_ns"`
+	RecoveryP50     time.Duration   `json:"recovery_p50_ns"`
+	RecoveryMax     time.Duration   `json:"recovery_max_ns"`
+	RecoveryMissing int             `json:"recovery_missing"`
+	RecoveryBound   time.Duration   `json:"recovery_bound_ns"`
+	RecoverySlack   time.Duration   `json:"recovery_slack_ns"`
+	// RecoveryAsserted: the bound applies to this fault on this backend.
+	RecoveryAsserted bool `json:"recovery_asserted"`
+
+	// Lost counts leases that ended without their holder releasing them
+	// and were followed by another grant; Signalled those whose loss was
+	// known to their holder (Done closed or its local deadline passed)
+	// before that grant.
+	Lost      int `json:"lost"`
+	Signalled int `json:"signalled"`
+	// SignalExpected: the backend promises it for this fault (else
+	// SignalNote says why not).
+	SignalExpected bool   `json:"signal_expected"`
+	SignalNote     string `json:"signal_note,omitempty"`
+	Unsafe         bool   `json:"unsafe"`
+
+	// Failures are the assertions of the suite that this run broke.
+	Failures []string `json:"failures,omitempty"`
+	// ClientErrors counts calls that failed with something other than the
+	// lock being held (network, timeouts), a measure of the fault's bite.
+	ClientErrors int `json:"client_errors"`
+
+	History *History `json:"-"`
+}
+
+// slack is what waiters get on top of the backend's stated crash bound to
+// notice that the lock is free (a watch fallback timer, a poll).
+func slack(ttl time.Duration) time.Duration { return max(time.Second, ttl) }
+
+// analyse checks a finished run.
+func analyse(h *History, cfg Config) *Result {
+	res := &Result{
+		Backend: cfg.Target.Backend, Clients: cfg.Clients, TTL: cfg.TTL, Duration: cfg.Duration,
+		History: h, FencedViolations: -1,
+	}
+	f := cfg.Fault
+	if f != nil {
+		res.Fault, res.Unsafe = f.Name, f.Unsafe
+		res.SignalExpected, res.SignalNote = f.Expected(cfg.Target.Caps)
+	} else {
+		res.Fault, res.SignalExpected = "none", true
+	}
+	for _, e := range h.Events {
+		if e.Detail != "SIGCONT" && e.Detail != "healed" && !isUpNote(e.Detail) {
+			res.Injections++
+		}
+	}
+	res.Ops = len(h.Ops)
+	for _, op := range h.Ops {
+		switch {
+		case op.Kind == "write":
+			res.Writes++
+			if !op.OK {
+				res.WritesRejected++
+			}
+		case op.Return >= 0 && !op.OK && op.ErrKind != kindNotAcquired && op.ErrKind != kindTimeout:
+			res.ClientErrors++
+		}
+	}
+	res.Grants = len(h.Leases)
+	leases := slices.Clone(h.Leases)
+	sort.SliceStable(leases, func(i, j int) bool { return leases[i].Granted < leases[j].Granted })
+	end := func(l *LeaseRec) int64 {
+		if l.End < 0 {
+			return h.End
+		}
+		return l.End
+	}
+
+	// The raw history as a plain mutex.
+	for i, a := range leases {
+		for _, b := range leases[i+1:] {
+			if b.Granted >= end(a) {
+				break
+			}
+			res.Overlaps++
+			d := time.Duration(min(end(a), end(b)) - b.Granted)
+			res.LongestOverlap = max(res.LongestOverlap, d)
+		}
+	}
+
+	// Loss signalled before the next grant.
+	for i, l := range leases {
+		switch {
+		case l.doneKind == kindLost:
+			l.Lost = true
+			l.Signalled = l.doneAt
+			if l.deadline >= 0 && l.deadline < l.Signalled {
+				l.Signalled = l.deadline
+			}
+		case l.relKind == kindNotHeld:
+			l.Lost = true // found out only when releasing
+		}
+		if !l.Lost || i+1 == len(leases) {
+			continue
+		}
+		next := leases[i+1]
+		res.Lost++
+		if l.Signalled >= 0 && l.Signalled <= next.Granted {
+			res.Signalled++
+		}
+	}
+
+	// Recovery after a holder died.
+	res.RecoveryBound = crashBound(cfg.Target.Caps, cfg.TTL)
+	res.RecoverySlack = slack(cfg.TTL)
+	res.RecoveryAsserted = f != nil && (f.Name == "kill" || (f.Name == "pause" && !cfg.Target.Caps.SessionBound))
+	for _, e := range h.Events {
+		if !e.recover {
+			continue
+		}
+		found := false
+		for _, l := range leases {
+			if l.Granted > e.At && l != e.victim {
+				res.Recoveries = append(res.Recoveries, time.Duration(l.Granted-e.At))
+				found = true
+				break
+			}
+		}
+		if !found {
+			res.RecoveryMissing++
+		}
+	}
+	if n := len(res.Recoveries); n > 0 {
+		s := slices.Clone(res.Recoveries)
+		slices.Sort(s)
+		res.RecoveryP50, res.RecoveryMax = s[(n-1)/2], s[n-1]
+	}
+
+	checkFenced(h, res)
+	res.Failures = failures(res)
+	return res
+}
+
+func isUpNote(s string) bool {
+	return len(s) > 3 && (s[len(s)-3:] == " up")
+}
+
+// failures lists what the short mode asserts and this run broke.
+func failures(r *Result) []string {
+	var out []string
+	if r.FencedViolations > 0 {
+		out = append(out, fmt.Sprintf("%d fenced violations", r.FencedViolations))
+	}
+	if r.SignalExpected && r.Signalled < r.Lost {
+		out = append(out, fmt.Sprintf("%d of %d lost leases were not signalled before the next grant", r.Lost-r.Signalled, r.Lost))
+	}
+	if r.RecoveryAsserted {
+		lim := r.RecoveryBound + r.RecoverySlack
+		if r.RecoveryMax > lim {
+			out = append(out, fmt.Sprintf("recovery took %v, more than the bound %v + slack %v", r.RecoveryMax.Round(time.Millisecond), r.RecoveryBound, r.RecoverySlack))
+		}
+		if r.RecoveryMissing > 0 {
+			out = append(out, fmt.Sprintf("%d holder deaths were not followed by a grant before the run ended", r.RecoveryMissing))
+		}
+	}
+	if r.Grants == 0 {
+		out = append(out, "no grant at all")
+	}
+	return out
+}

@@ -1,0 +1,55 @@
+// Package faults is dlock's fault-injection suite: it checks that every
+// backend stays safe when its clients pause, die, lose their network or
+// their replies, and when its servers crash, fail over or evict.
+//
+// It lives in faults/ rather than conformance/faults because the
+// conformance package is owned and written separately; this package only
+// uses the conformance package's fenced register and its porcupine
+// fenced-mutex checker, it does not extend them.
+//
+// # What a run does
+//
+// Run starts 5–10 client processes (the running binary re-executed: call
+// ChildMain first in TestMain or main) on one lock name. Each loops:
+// acquire → write its fencing token to a fenced register → hold for a
+// random 0–2×TTL (with keep-alive) → write again → release. Each client
+// reaches its servers through its own in-process TCP proxy (toxiproxy,
+// in process) owned by the parent, so the parent can cut it off silently
+// (timeout toxic) or with resets (reset_peer), delay it (latency), or drop
+// the replies of its next request (a downstream timeout toxic added just
+// before it: the server acts, the client never hears).
+//
+// Clients report every call over a pipe before making it and when it
+// returns; the parent timestamps both on its own monotonic clock (a
+// client's clock is never trusted for a time, only for durations), owns
+// the fenced register (a client's write is a request to the parent), and
+// injects the fault on a schedule: SIGSTOP/SIGCONT of the holder past its
+// TTL, SIGKILL of the holder, proxy cuts, lost replies, server kill and
+// restart (a ZooKeeper follower and the leader), Redis failover to a
+// replica promoted before the grant replicated, eviction under maxmemory,
+// and a Redlock node's key expired early (a clock jump).
+//
+// # What is checked
+//
+//   - the fenced history (grants with their tokens, register writes)
+//     with the conformance package's porcupine fenced-mutex checker:
+//     violations must be 0;
+//   - the raw acquire/release intervals as a plain mutex: overlapping
+//     grants are counted and the longest overlap reported, as a measured
+//     unsafe window, not as a failure;
+//   - the time from a holder's death to the next grant, against the
+//     backend's Capabilities().ReleaseOnCrash bound;
+//   - whether every lost lease was signalled to its holder (Done closed,
+//     or its local deadline passed) before another holder was granted.
+//
+// Faults that a backend is documented not to survive (Redis failover and
+// eviction, Redlock keys expiring early on a majority) report their raw
+// overlaps and unsignalled losses without failing: that is what fencing
+// is for.
+//
+// # Short and long mode
+//
+// go test ./faults/ runs every backend × fault that can run here for a few
+// seconds each (TestFaults). cmd/dlockchaos runs the same suite for as long
+// as wanted and writes faults.txt, faults.json and faults.html.
+package faults

@@ -1,0 +1,260 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Hooks are the server-side operations behind a Target. A nil field means
+// the target cannot take the faults that need it.
+type Hooks struct {
+	// Servers is the number of servers (Redlock nodes, ensemble members).
+	Servers int
+	// Restart kills server i with SIGKILL and starts it again with its
+	// data directory (i < 0: every server).
+	Restart func(ctx context.Context, i int) error
+	// Leader returns the index of the ensemble's current leader.
+	Leader func(ctx context.Context) (int, error)
+	// Failover starts a replica of the current primary, promotes it before
+	// the latest writes replicated, and switches every client to it.
+	Failover func(ctx context.Context, x *Injection) error
+	// Evict makes the server evict keys under maxmemory (filling it with
+	// junk) and then undoes the memory limit.
+	Evict func(ctx context.Context, x *Injection) error
+	// ExpireEarly makes the lock key of name expire now on server i, as a
+	// clock jump on that node would.
+	ExpireEarly func(ctx context.Context, i int, name string) error
+}
+
+// Fault is one kind of fault, injected on a schedule during a run.
+type Fault struct {
+	// Name is the column of the report.
+	Name string
+	// Doc says what is done.
+	Doc string
+	// Applies reports whether the fault can run against t.
+	Applies func(t *Target) bool
+	// Inject injects the fault once; it may block while the fault lasts.
+	Inject func(ctx context.Context, x *Injection) error
+	// Unsafe: the backend is documented not to survive this fault (a
+	// double grant is expected, which is why fencing exists). Raw
+	// overlaps and unsignalled losses are reported, not asserted.
+	Unsafe bool
+}
+
+// Expected says whether a run of f against caps must have every lost lease
+// signalled before the regrant, and why not when it need not.
+func (f *Fault) Expected(caps driver.Capabilities) (signalled bool, why string) {
+	switch {
+	case f.Unsafe:
+		return false, "documented unsafe: the server forgets the grant"
+	case f.Name == "pause" && caps.SessionBound:
+		return false, "a paused holder cannot see its session expire; the fencing token protects the resource"
+	}
+	return true, ""
+}
+
+// crashBound is how long after its holder died a lock may stay taken, by
+// the backend's own statement, for a run with lease TTL ttl.
+func crashBound(caps driver.Capabilities, ttl time.Duration) time.Duration {
+	switch b := caps.ReleaseOnCrash; {
+	case b == driver.ReleaseAfterTTL:
+		return ttl
+	case b < 0:
+		return ttl
+	default:
+		return b
+	}
+}
+
+// pauseLength is how long a holder is paused: past its TTL and past the
+// backend's crash bound, so that the server gives the lock away.
+func pauseLength(x *Injection) time.Duration { return pauseLengthFor(x.Target().Caps, x.TTL()) }
+
+func pauseLengthFor(caps driver.Capabilities, ttl time.Duration) time.Duration {
+	return max(2*ttl, crashBound(caps, ttl)+ttl)
+}
+
+var errNoHolder = errors.New("faults: nobody held the lock")
+
+func holder(ctx context.Context, x *Injection) (int, error) {
+	id := x.Holder(ctx, 3*x.TTL())
+	if id == 0 {
+		return 0, errNoHolder
+	}
+	return id, nil
+}
+
+func always(*Target) bool { return true }
+
+// Catalogue returns every fault, in the order runs use them. Faults that
+// change the topology for good (failover) come last.
+func Catalogue() []*Fault {
+	return []*Fault{
+		{
+			Name:    "none",
+			Doc:     "no fault: the baseline",
+			Applies: always,
+		},
+		{
+			Name:    "pause",
+			Doc:     "the holder is paused (SIGSTOP) past its TTL and the backend's crash bound, then continued (SIGCONT)",
+			Applies: always,
+			Inject: func(ctx context.Context, x *Injection) error {
+				id, err := holder(ctx, x)
+				if err != nil {
+					return err
+				}
+				return x.Pause(ctx, id, pauseLength(x), "pause")
+			},
+		},
+		{
+			Name:    "kill",
+			Doc:     "the holder is killed (SIGKILL); a new client process replaces it",
+			Applies: always,
+			Inject: func(ctx context.Context, x *Injection) error {
+				id, err := holder(ctx, x)
+				if err != nil {
+					return err
+				}
+				return x.Kill(id, "kill")
+			},
+		},
+		{
+			Name:    "partition",
+			Doc:     "the holder is cut off from every server through its proxy, alternately silently (timeout toxic both ways, connections closed at the end) and by resets (reset_peer), for twice its TTL",
+			Applies: always,
+			Inject: func(ctx context.Context, x *Injection) error {
+				id, err := holder(ctx, x)
+				if err != nil {
+					return err
+				}
+				mode := CutSilent
+				if x.next()%2 == 1 {
+					mode = CutReset
+				}
+				return x.Cut(ctx, id, mode, -1, pauseLength(x), "partition")
+			},
+		},
+		{
+			Name:    "latency",
+			Doc:     "the holder's replies are delayed by half its TTL (latency toxic) for twice its TTL",
+			Applies: always,
+			Inject: func(ctx context.Context, x *Injection) error {
+				id, err := holder(ctx, x)
+				if err != nil {
+					return err
+				}
+				return x.Latency(ctx, id, x.TTL()/2, 2*x.TTL(), "latency")
+			},
+		},
+		{
+			Name:    "lost-reply",
+			Doc:     "the replies to the next acquire are dropped (a downstream timeout toxic added just before the request) and its connections closed: the server acted, the client never heard",
+			Applies: always,
+			Inject: func(ctx context.Context, x *Injection) error {
+				x.LoseNextReply()
+				return nil
+			},
+		},
+		{
+			Name:    "restart",
+			Doc:     "a server is killed (SIGKILL) and restarted with its data; for ensembles and Redlock a follower or one node",
+			Applies: func(t *Target) bool { return t.Hooks.Restart != nil },
+			Inject: func(ctx context.Context, x *Injection) error {
+				h := x.Target().Hooks
+				i := 0
+				if h.Servers > 1 {
+					i = x.next() % h.Servers
+					if h.Leader != nil {
+						if l, err := h.Leader(ctx); err == nil && i == l {
+							i = (i + 1) % h.Servers
+						}
+					}
+				}
+				x.Note("restart", fmt.Sprintf("server %d killed", i))
+				if err := h.Restart(ctx, i); err != nil {
+					return err
+				}
+				x.Note("restart", fmt.Sprintf("server %d up", i))
+				return nil
+			},
+		},
+		{
+			Name:    "leader",
+			Doc:     "the ensemble's leader is killed (SIGKILL) and restarted",
+			Applies: func(t *Target) bool { return t.Hooks.Restart != nil && t.Hooks.Leader != nil },
+			Inject: func(ctx context.Context, x *Injection) error {
+				h := x.Target().Hooks
+				l, err := h.Leader(ctx)
+				if err != nil {
+					return err
+				}
+				x.Note("leader", fmt.Sprintf("leader (server %d) killed", l))
+				if err := h.Restart(ctx, l); err != nil {
+					return err
+				}
+				x.Note("leader", fmt.Sprintf("server %d up", l))
+				return nil
+			},
+		},
+		{
+			Name:    "early-expiry",
+			Doc:     "the lock key expires early (PEXPIRE 1: a clock jump) on one node, and on every other injection on a majority of nodes at once, which Redlock does not survive",
+			Applies: func(t *Target) bool { return t.Hooks.ExpireEarly != nil },
+			Inject: func(ctx context.Context, x *Injection) error {
+				h := x.Target().Hooks
+				n := max(h.Servers, 1)
+				k := 1
+				if x.next()%2 == 1 {
+					k = n/2 + 1
+				}
+				first := rand.N(n)
+				var nodes []int
+				for j := range k {
+					i := (first + j) % n
+					nodes = append(nodes, i)
+					if err := h.ExpireEarly(ctx, i, x.Name()); err != nil {
+						return err
+					}
+				}
+				x.Note("early-expiry", fmt.Sprintf("lock key expired on node(s) %v of %d", nodes, n))
+				return nil
+			},
+			Unsafe: true,
+		},
+		{
+			Name:    "evict",
+			Doc:     "the server is filled with junk keys under maxmemory with an evicting policy (allkeys-random), so the lock key and its fence counter may be evicted",
+			Applies: func(t *Target) bool { return t.Hooks.Evict != nil },
+			Inject: func(ctx context.Context, x *Injection) error {
+				return x.Target().Hooks.Evict(ctx, x)
+			},
+			Unsafe: true,
+		},
+		{
+			Name:    "failover",
+			Doc:     "a replica is promoted (REPLICAOF NO ONE) before the latest grant replicated and every client is switched to it",
+			Applies: func(t *Target) bool { return t.Hooks.Failover != nil },
+			Inject: func(ctx context.Context, x *Injection) error {
+				return x.Target().Hooks.Failover(ctx, x)
+			},
+			Unsafe: true,
+		},
+	}
+}
+
+// FaultByName returns the catalogue's fault called name, or nil.
+func FaultByName(name string) *Fault {
+	for _, f := range Catalogue() {
+		if f.Name == name {
+			return f
+		}
+	}
+	return nil
+}
