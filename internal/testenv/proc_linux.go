@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"os"
+	"slices"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,16 +25,15 @@ func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 // becomeSubreaper makes this process the reaper of its orphaned descendants:
 // when a server's parent process is killed, its children (PostgreSQL
 // backends, a Redis fork) are re-parented here instead of to PID 1, which in
-// a container often never reaps them, and reapGroup collects them.
+// a container often never reaps them, and reapTree collects them.
 func becomeSubreaper() {
 	const prSetChildSubreaper = 36
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 }
 
-// groupMembers lists the processes whose process group is pgid, with their
-// parent pid and state.
-func groupMembers(pgid int) []procStat {
-	var out []procStat
+// procTable reads every process's parent and process group from /proc.
+func procTable() map[int]procStat {
+	out := map[int]procStat{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -56,40 +56,98 @@ func groupMembers(pgid int) []procStat {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		pg, _ := strconv.Atoi(f[2])
-		if pg == pgid {
-			out = append(out, procStat{pid: pid, ppid: ppid, state: f[0]})
-		}
+		out[pid] = procStat{pid: pid, ppid: ppid, pgrp: pg, state: f[0]}
 	}
 	return out
 }
 
 type procStat struct {
-	pid, ppid int
-	state     string
+	pid, ppid, pgrp int
+	state           string
 }
 
-// reapGroup SIGKILLs what is left of process group pgid and waits (up to
-// timeout) until none of it is left, reaping the members re-parented to
-// this process. It reports whether the group is gone.
-func reapGroup(pgid int, timeout time.Duration) bool {
+// processTree returns pid, the members of its process group and all their
+// descendants: PostgreSQL backends call setsid and leave the group, so the
+// group alone is not the whole server.
+func processTree(pid int) []int {
+	tab := procTable()
+	in := map[int]bool{pid: true}
+	for p, st := range tab {
+		if st.pgrp == pid {
+			in[p] = true
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for p, st := range tab {
+			if !in[p] && in[st.ppid] {
+				in[p], changed = true, true
+			}
+		}
+	}
+	out := make([]int, 0, len(in))
+	for p := range in {
+		out = append(out, p)
+	}
+	return out
+}
+
+// signalTree sends sig to pid's process group and every process of its tree.
+func signalTree(pid int, sig syscall.Signal) error {
+	err := syscall.Kill(-pid, sig)
+	for _, p := range processTree(pid) {
+		_ = syscall.Kill(p, sig)
+	}
+	return err
+}
+
+// killTree stops the tree of pid (so that nothing forks meanwhile), then
+// SIGKILLs every process of it and returns them for reapTree.
+func killTree(pid int) []int {
+	_ = syscall.Kill(-pid, syscall.SIGSTOP)
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	tree := processTree(pid)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, p := range tree {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	return tree
+}
+
+// reapTree waits (up to timeout) until every process of pids and of the
+// process group pgid is gone, SIGKILLing stragglers and reaping those that
+// were re-parented to this process. It reports whether all are gone.
+func reapTree(pgid int, pids []int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	me := os.Getpid()
 	for {
-		ms := groupMembers(pgid)
-		if len(ms) == 0 {
-			return true
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		for _, m := range ms {
-			if m.ppid == me {
+		left := 0
+		tab := procTable()
+		check := func(p int, st procStat) {
+			left++
+			_ = syscall.Kill(p, syscall.SIGKILL)
+			if st.ppid == me {
 				var ws syscall.WaitStatus
-				_, _ = syscall.Wait4(m.pid, &ws, syscall.WNOHANG, nil)
+				_, _ = syscall.Wait4(p, &ws, syscall.WNOHANG, nil)
 			}
+		}
+		for _, p := range pids {
+			if st, ok := tab[p]; ok {
+				check(p, st)
+			}
+		}
+		for p, st := range tab {
+			if st.pgrp == pgid && !slices.Contains(pids, p) {
+				check(p, st)
+			}
+		}
+		if left == 0 {
+			return true
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -16,7 +16,14 @@ func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 
 func becomeSubreaper() {}
 
-func reapGroup(pgid int, timeout time.Duration) bool {
+func signalTree(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, sig) }
+
+func killTree(pid int) []int {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return []int{pid}
+}
+
+func reapTree(pgid int, pids []int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for syscall.Kill(-pgid, 0) == nil {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -31,3 +38,5 @@ func reapGroup(pgid int, timeout time.Duration) bool {
 func processGone(pid int) bool {
 	return syscall.Kill(pid, 0) == syscall.ESRCH
 }
+
+func processTree(pid int) []int { return []int{pid} }

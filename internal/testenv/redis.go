@@ -168,14 +168,14 @@ func StartRedisCluster(ctx context.Context, masters int) (*Cluster, error) {
 		return nil, fmt.Errorf("testenv: a redis cluster needs at least 3 masters, not %d", masters)
 	}
 	if dockerMode() {
-		return nil, errors.New("testenv: redis cluster is not supported with DLOCK_TESTENV=docker")
+		return nil, fmt.Errorf("testenv: redis cluster: %w", errDockerUnsupported)
 	}
 	t0 := time.Now()
 	c := &Cluster{}
 	for i := 0; i < masters; i++ {
 		s, err := StartRedis(ctx, &RedisOptions{cluster: true})
 		if err != nil {
-			c.Close()
+			c.close()
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, s)
@@ -189,15 +189,19 @@ func StartRedisCluster(ctx context.Context, masters int) (*Cluster, error) {
 			args = append(args, strconv.Itoa(slot))
 		}
 		if _, err := RedisDo(ctx, s.Addr, args...); err != nil {
-			c.Close()
+			c.close()
 			return nil, fmt.Errorf("testenv: redis cluster: %s: %w", s.Addr, err)
 		}
 	}
-	for _, s := range c.Nodes[1:] {
-		host, port, _ := strings.Cut(s.Addr, ":")
-		if _, err := RedisDo(ctx, c.Nodes[0].Addr, "CLUSTER", "MEET", host, port); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("testenv: redis cluster: meet %s: %w", s.Addr, err)
+	// Every node meets every other: the cluster converges without waiting
+	// for gossip to spread the news.
+	for i, a := range c.Nodes {
+		for _, b := range c.Nodes[i+1:] {
+			host, port, _ := strings.Cut(b.Addr, ":")
+			if _, err := RedisDo(ctx, a.Addr, "CLUSTER", "MEET", host, port); err != nil {
+				c.close()
+				return nil, fmt.Errorf("testenv: redis cluster: meet %s: %w", b.Addr, err)
+			}
 		}
 	}
 	if err := c.WaitOK(ctx); err != nil {

@@ -263,7 +263,7 @@ func (s *Server) Stop() error {
 		return nil
 	}
 	pid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGCONT) // a paused server cannot stop
+	_ = signalTree(pid, syscall.SIGCONT) // a paused server cannot stop
 	_ = syscall.Kill(pid, s.stopSig)
 	select {
 	case <-p.done:
@@ -298,15 +298,15 @@ func (s *Server) killNow() error {
 
 func (s *Server) kill(p *proc) error {
 	pid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	tree := killTree(pid)
 	var err error
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
 		err = fmt.Errorf("testenv: %s: pid %d did not exit after SIGKILL", s, pid)
 	}
-	if !reapGroup(pid, 10*time.Second) && err == nil {
-		err = fmt.Errorf("testenv: %s: process group %d still has processes after SIGKILL", s, pid)
+	if !reapTree(pid, tree, 10*time.Second) && err == nil {
+		err = fmt.Errorf("testenv: %s: processes of %d still alive after SIGKILL", s, pid)
 	}
 	s.mu.Lock()
 	if s.proc == p {
@@ -343,7 +343,7 @@ func (s *Server) signalGroup(dockerVerb string, sig syscall.Signal) error {
 	if pid == 0 {
 		return fmt.Errorf("testenv: %s: not running", s)
 	}
-	if err := syscall.Kill(-pid, sig); err != nil {
+	if err := signalTree(pid, sig); err != nil {
 		return fmt.Errorf("testenv: %s: %v: %w", s, sig, err)
 	}
 	return nil
@@ -440,11 +440,11 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) error {
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		tree := killTree(cmd.Process.Pid)
 		<-done
+		reapTree(cmd.Process.Pid, tree, 5*time.Second)
 		err = ctx.Err()
 	}
-	reapGroup(cmd.Process.Pid, 5*time.Second)
 	if err != nil {
 		out, _ := os.ReadFile(logPath)
 		if len(out) > 3000 {

@@ -19,17 +19,28 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// checkGone fails t unless the process (group) pid is gone.
-func checkGone(t *testing.T, pid int) {
+// closeAndCheck closes s and fails t unless every process of it (the
+// server, its process group, its children) is gone, and its directory too.
+func closeAndCheck(t *testing.T, s *Server) {
 	t.Helper()
+	pid := s.Pid()
 	if pid == 0 {
 		t.Fatal("pid 0 before Close")
 	}
-	if !processGone(pid) {
-		t.Errorf("pid %d still exists after Close", pid)
+	tree := processTree(pid)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
-	if !reapGroup(pid, 0) {
+	for _, p := range tree {
+		if !processGone(p) {
+			t.Errorf("pid %d (of server %d) still exists after Close", p, pid)
+		}
+	}
+	if !reapTree(pid, nil, 0) {
 		t.Errorf("process group %d still has processes after Close", pid)
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Errorf("dir %s left after Close: %v", s.Dir, err)
 	}
 }
 
@@ -58,14 +69,7 @@ func TestRedis(t *testing.T) {
 	if !strings.HasPrefix(s.URL, "redis://127.0.0.1:") || !strings.HasSuffix(s.URL, "/0") {
 		t.Errorf("URL = %q", s.URL)
 	}
-	pid := s.Pid()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	checkGone(t, pid)
-	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
-		t.Errorf("dir %s left after Close: %v", s.Dir, err)
-	}
+	closeAndCheck(t, s)
 }
 
 func TestRedisPersistenceKillStart(t *testing.T) {
@@ -180,10 +184,6 @@ func TestRedisCluster(t *testing.T) {
 	if owners != 1 {
 		t.Fatalf("%d nodes accepted the key, want 1", owners)
 	}
-	pids := []int{}
-	for _, s := range c.Nodes {
-		pids = append(pids, s.Pid())
-	}
 	// A killed node comes back with its nodes.conf and the cluster heals.
 	if err := c.Nodes[1].Restart(ctx); err != nil {
 		t.Fatal(err)
@@ -191,11 +191,8 @@ func TestRedisCluster(t *testing.T) {
 	if err := c.WaitOK(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pids {
-		checkGone(t, p)
+	for _, s := range c.Nodes {
+		closeAndCheck(t, s)
 	}
 }
 
@@ -216,11 +213,7 @@ func TestZooKeeper(t *testing.T) {
 	if s.Settings["forceSync"] != "no" {
 		t.Errorf("Settings = %v", s.Settings)
 	}
-	pid := s.Pid()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	checkGone(t, pid)
+	closeAndCheck(t, s)
 }
 
 func TestZooKeeperEnsemble(t *testing.T) {
@@ -276,11 +269,14 @@ func TestPostgres(t *testing.T) {
 	if got := pgQuery(t, ctx, s.DSN, "SHOW fsync"); got != "off" {
 		t.Errorf("fsync = %s", got)
 	}
-	pid := s.Pid()
-	if err := s.Close(); err != nil {
+	// A connection open at Close: its backend (which leaves the process
+	// group) must go too.
+	conn, err := pgx.Connect(ctx, s.DSN)
+	if err != nil {
 		t.Fatal(err)
 	}
-	checkGone(t, pid)
+	defer conn.Close(context.Background())
+	closeAndCheck(t, s)
 }
 
 func TestPostgresKillStart(t *testing.T) {
@@ -336,11 +332,7 @@ func TestMySQL(t *testing.T) {
 		t.Errorf("innodb_flush_log_at_trx_commit = %s, %v", flush, err)
 	}
 	db.Close()
-	pid := s.Pid()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	checkGone(t, pid)
+	closeAndCheck(t, s)
 }
 
 func TestMySQLKillStart(t *testing.T) {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -78,7 +79,7 @@ func missing(t testing.TB, err error) {
 // missing binary, t.Fatal for anything else.
 func fail(t testing.TB, err error) {
 	t.Helper()
-	if IsMissing(err) {
+	if IsMissing(err) || errors.Is(err, errDockerUnsupported) {
 		missing(t, err)
 	}
 	t.Fatal(err)
