@@ -4,8 +4,8 @@ package testenv
 
 import (
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
