@@ -1,0 +1,355 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Timings of the pub/sub hub.
+const (
+	// confirmTimeout bounds how long Watch waits for the server to confirm
+	// a new subscription; past it Watch fails and the waiter polls.
+	confirmTimeout = time.Second
+	// healthInterval is how long a subscription connection may stay silent
+	// before the hub pings it (a broken connection is then noticed and
+	// re-established, and every waiter on it is woken).
+	healthInterval = 5 * time.Second
+	// linger is how long a channel nobody watches stays subscribed, so that
+	// the next Acquire of the same name needs no SUBSCRIBE round trip.
+	linger = 30 * time.Second
+	// maxIdle is the number of idle subscriptions above which they are
+	// dropped without waiting for linger.
+	maxIdle = 4096
+	// sweepEvery is how often idle subscriptions are looked for.
+	sweepEvery = time.Second
+)
+
+// hub multiplexes the release channels of one Locker over few pub/sub
+// connections ("shards"): one for a single server, one per master that owns
+// a watched slot in a Cluster (sharded pub/sub), one per node for Redlock.
+// Each shard has one goroutine that reads its connection and wakes the
+// local waiters of the channel a message arrived on.
+type hub struct {
+	// route returns the keys of the shards a channel is subscribed on.
+	route func(ctx context.Context, channel string) ([]string, error)
+	// open returns a new, empty PubSub for a shard key (it connects on the
+	// first subscription), and whether it uses sharded pub/sub
+	// (SSUBSCRIBE).
+	open func(key string) (ps *goredis.PubSub, sharded bool)
+
+	closing chan struct{}
+
+	mu        sync.Mutex
+	closed    bool
+	subs      map[string]*sub
+	shards    map[string]*shard
+	lastSweep time.Time
+}
+
+// shard is one pub/sub connection and its reader goroutine.
+type shard struct {
+	h       *hub
+	ps      *goredis.PubSub
+	sharded bool
+	started bool
+	done    chan struct{}
+}
+
+// sub is one subscribed channel and its local waiters.
+type sub struct {
+	shards    []*shard
+	waiters   map[chan struct{}]struct{}
+	ready     chan struct{} // closed at the first confirmation
+	confirmed map[*shard]bool
+	idleSince time.Time // when the last waiter left
+	last      string    // last payload, to drop Redlock's duplicates
+}
+
+func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool)) *hub {
+	return &hub{
+		route:   route,
+		open:    open,
+		closing: make(chan struct{}),
+		subs:    make(map[string]*sub),
+		shards:  make(map[string]*shard),
+	}
+}
+
+// watch registers a waiter on channel and returns once the server has
+// confirmed the subscription, so that a release published after watch
+// returns reaches the waiter.
+func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	h.mu.Lock()
+	s := h.subs[channel]
+	h.mu.Unlock()
+	var routes []string
+	if s == nil {
+		var err error
+		if routes, err = h.route(ctx, channel); err != nil {
+			return nil, nil, fmt.Errorf("redis: watch: %w", err)
+		}
+	}
+	w := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, fmt.Errorf("redis: watch: %w", driver.ErrClosed)
+	}
+	s = h.subs[channel]
+	if s == nil {
+		s = &sub{
+			waiters:   make(map[chan struct{}]struct{}),
+			ready:     make(chan struct{}),
+			confirmed: make(map[*shard]bool),
+		}
+		h.subs[channel] = s
+		for _, key := range routes {
+			sh := h.shards[key]
+			if sh == nil {
+				sh = &shard{h: h, done: make(chan struct{})}
+				sh.ps, sh.sharded = h.open(key)
+				h.shards[key] = sh
+			}
+			s.shards = append(s.shards, sh)
+			// Written under h.mu so that subscribes and the sweeper's
+			// unsubscribes reach the server in the order of the map's
+			// changes. A failed write is not fatal: the PubSub keeps the
+			// channel and subscribes again when its reader reconnects.
+			sh.subscribe(channel)
+		}
+	}
+	s.waiters[w] = struct{}{}
+	s.idleSince = time.Time{}
+	ready := s.ready
+	h.mu.Unlock()
+
+	stop := func() {
+		h.mu.Lock()
+		delete(s.waiters, w)
+		if len(s.waiters) == 0 {
+			s.idleSince = time.Now()
+		}
+		h.mu.Unlock()
+	}
+	select {
+	case <-ready:
+		return w, stop, nil
+	default:
+	}
+	t := time.NewTimer(confirmTimeout)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return w, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, ctx.Err()
+	case <-t.C:
+		stop()
+		return nil, nil, fmt.Errorf("redis: watch: subscription not confirmed within %v", confirmTimeout)
+	case <-h.closing:
+		stop()
+		return nil, nil, fmt.Errorf("redis: watch: %w", driver.ErrClosed)
+	}
+}
+
+// subscribe sends SUBSCRIBE (or SSUBSCRIBE) and starts the reader. Called
+// with h.mu held.
+func (sh *shard) subscribe(channel string) {
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	if sh.sharded {
+		_ = sh.ps.SSubscribe(ctx, channel)
+	} else {
+		_ = sh.ps.Subscribe(ctx, channel)
+	}
+	if !sh.started {
+		sh.started = true
+		go sh.run()
+	}
+}
+
+// unsubscribe is subscribe's inverse. Called with h.mu held.
+func (sh *shard) unsubscribe(channels []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	if sh.sharded {
+		_ = sh.ps.SUnsubscribe(ctx, channels...)
+	} else {
+		_ = sh.ps.Unsubscribe(ctx, channels...)
+	}
+}
+
+// run reads the shard's connection until the hub closes.
+func (sh *shard) run() {
+	defer close(sh.done)
+	h := sh.h
+	failures := 0
+	for {
+		msg, err := sh.ps.ReceiveTimeout(context.Background(), healthInterval)
+		if h.isClosed() {
+			return
+		}
+		if err != nil {
+			if errors.Is(err, goredis.ErrClosed) {
+				return
+			}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				// Silence: ping, so that a dead connection fails the write
+				// (the PubSub then reconnects and subscribes again).
+				ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+				_ = sh.ps.Ping(ctx)
+				cancel()
+				h.sweep()
+				continue
+			}
+			// The connection broke: messages may have been lost. Wake every
+			// waiter to try again; the next Receive reconnects.
+			h.disconnected(sh)
+			failures++
+			select {
+			case <-h.closing:
+				return
+			case <-time.After(min(10*time.Millisecond<<min(failures, 7), time.Second)):
+			}
+			continue
+		}
+		failures = 0
+		switch m := msg.(type) {
+		case *goredis.Message:
+			h.deliver(m.Channel, m.Payload)
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				h.confirm(sh, m.Channel)
+			}
+		}
+		h.sweep()
+	}
+}
+
+func (h *hub) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+// deliver wakes the waiters of channel.
+func (h *hub) deliver(channel, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.subs[channel]
+	if s == nil || (payload != "" && payload == s.last) {
+		return
+	}
+	s.last = payload
+	s.wakeLocked()
+}
+
+func (s *sub) wakeLocked() {
+	for w := range s.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// confirm records the server's confirmation of a subscription. A second
+// confirmation from the same shard means it reconnected and subscribed
+// again: releases in between may have been missed, so waiters are woken.
+func (h *hub) confirm(sh *shard, channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.subs[channel]
+	if s == nil {
+		return
+	}
+	if s.confirmed[sh] {
+		s.wakeLocked()
+		return
+	}
+	s.confirmed[sh] = true
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready)
+	}
+}
+
+// disconnected wakes every waiter of the shard's channels.
+func (h *hub) disconnected(sh *shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		if s.confirmed[sh] {
+			delete(s.confirmed, sh)
+			s.wakeLocked()
+		}
+	}
+}
+
+// sweep unsubscribes channels nobody has watched for linger, or every idle
+// one when there are more than maxIdle.
+func (h *hub) sweep() {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || now.Sub(h.lastSweep) < sweepEvery {
+		return
+	}
+	h.lastSweep = now
+	idle := 0
+	for _, s := range h.subs {
+		if len(s.waiters) == 0 {
+			idle++
+		}
+	}
+	drop := make(map[*shard][]string)
+	for ch, s := range h.subs {
+		if len(s.waiters) == 0 && (idle > maxIdle || now.Sub(s.idleSince) > linger) {
+			delete(h.subs, ch)
+			for _, sh := range s.shards {
+				drop[sh] = append(drop[sh], ch)
+			}
+		}
+	}
+	for sh, chs := range drop {
+		sh.unsubscribe(chs)
+	}
+}
+
+// close closes every pub/sub connection and waits for the readers.
+func (h *hub) close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	close(h.closing)
+	shards := make([]*shard, 0, len(h.shards))
+	for _, sh := range h.shards {
+		shards = append(shards, sh)
+	}
+	h.mu.Unlock()
+	var errs []error
+	for _, sh := range shards {
+		if err := sh.ps.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	for _, sh := range shards {
+		if sh.started {
+			<-sh.done
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,335 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// OpenRedlock returns a Locker that runs Redlock over independent Redis
+// masters (3 or 5, not replicas of each other): a lock is held when a
+// quorum of len(clients)/2+1 nodes granted it within its validity. Closing
+// the Locker does not close the clients.
+//
+// OpenRedlock panics if clients is empty or opts.Prefix contains '{' or '}'.
+func OpenRedlock(clients []goredis.UniversalClient, opts *Options) *dlock.Locker {
+	if len(clients) == 0 {
+		panic("redis: OpenRedlock needs at least one client")
+	}
+	if err := validPrefix(opts.prefix()); err != nil {
+		panic(err)
+	}
+	return dlock.NewLocker(newRedlock(clients, false, opts.prefix(), opts.nodeTimeout()))
+}
+
+// redlock is the driver for Redlock over independent masters.
+type redlock struct {
+	nodes       []goredis.UniversalClient
+	owned       bool
+	prefix      string
+	quorum      int
+	nodeTimeout time.Duration
+	hub         *hub
+}
+
+var (
+	_ driver.Locker    = (*redlock)(nil)
+	_ driver.Watcher   = (*redlock)(nil)
+	_ driver.Inspector = (*redlock)(nil)
+)
+
+func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, nodeTimeout time.Duration) *redlock {
+	r := &redlock{
+		nodes:       nodes,
+		owned:       owned,
+		prefix:      prefix,
+		quorum:      len(nodes)/2 + 1,
+		nodeTimeout: nodeTimeout,
+	}
+	// A waiter subscribes on every node: a release publishes on every node
+	// it deletes from, so wake-ups survive the loss of a minority. The
+	// hub drops the duplicates by the grant id they carry.
+	all := make([]string, len(nodes))
+	for i := range nodes {
+		all[i] = strconv.Itoa(i)
+	}
+	r.hub = newHub(
+		func(context.Context, string) ([]string, error) { return all, nil },
+		func(key string) (*goredis.PubSub, bool) {
+			i, _ := strconv.Atoi(key)
+			return nodes[i].Subscribe(context.Background()), false
+		},
+	)
+	return r
+}
+
+func (r *redlock) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Backend:              "redis",
+		Strategy:             "redlock",
+		Fencing:              false,
+		FencingNote:          "no: every node keeps its own INCR counter and Token is the largest counter of the granting quorum, which can go backwards when quorums differ or a node restarts without persistence",
+		TokensSurviveRestart: false,
+		Fair:                 false,
+		Wait:                 driver.WaitNotify,
+		ReleaseOnCrash:       driver.ReleaseAfterTTL,
+		Notes:                "quorum N/2+1 of independent masters; validity = TTL - elapsed - (1% of TTL + 2ms); safe only with bounded clock drift and no process pauses longer than the validity; a node restarted without persistence must stay down for one TTL",
+	}
+}
+
+func (r *redlock) Close() error {
+	err := r.hub.close()
+	if r.owned {
+		for _, c := range r.nodes {
+			if cerr := c.Close(); cerr != nil && !errors.Is(cerr, goredis.ErrClosed) {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("redis: close: %w", err)
+	}
+	return nil
+}
+
+func (r *redlock) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return r.hub.watch(ctx, keysFor(r.prefix, name).channel)
+}
+
+// drift is the clock drift margin of Redlock's validity rule, 1% of the TTL
+// plus 2ms: the same margin the portable layer takes off its deadline
+// (start + TTL - drift), so that a grant this driver accepts is one whose
+// portable deadline is still ahead.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// outcome is one node's answer.
+type outcome struct {
+	ok  bool  // granted, refreshed or released
+	n   int64 // token (granted) or PTTL (refused)
+	err error // nil: the node answered
+}
+
+// fanout runs op on every node in parallel, each call bounded by timeout.
+// The channel is buffered for every answer, so a caller may stop reading.
+func (r *redlock) fanout(ctx context.Context, timeout time.Duration, op func(ctx context.Context, c goredis.UniversalClient) outcome) <-chan outcome {
+	out := make(chan outcome, len(r.nodes))
+	for _, c := range r.nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			out <- op(nctx, c)
+		}()
+	}
+	return out
+}
+
+func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	start := time.Now()
+	budget := req.TTL - drift(req.TTL)
+	if budget <= 0 {
+		return nil, fmt.Errorf("%w: redis: redlock: TTL %v leaves no validity after the drift margin %v", dlock.ErrInvalidOption, req.TTL, drift(req.TTL))
+	}
+	k := keysFor(r.prefix, req.Name)
+	id := rand.Text()
+	value := ownerValue(id, req.Owner)
+	results := r.fanout(ctx, min(r.nodeTimeout, budget), func(ctx context.Context, c goredis.UniversalClient) outcome {
+		granted, n, err := acquireOn(ctx, c, k, value, req.TTL)
+		return outcome{ok: granted, n: n, err: err}
+	})
+	n := len(r.nodes)
+	var (
+		granted, refused, answered int
+		token                      uint64
+		retry                      int64 = -1
+		errs                       []error
+	)
+	for answered < n {
+		o := <-results
+		answered++
+		switch {
+		case o.err != nil:
+			errs = append(errs, o.err)
+		case o.ok:
+			granted++
+			token = max(token, uint64(o.n))
+		default:
+			refused++
+			if o.n > 0 && (retry < 0 || o.n < retry) {
+				retry = o.n
+			}
+		}
+		if granted >= r.quorum || answered-granted > n-r.quorum {
+			break
+		}
+	}
+	if granted >= r.quorum && time.Since(start) < budget {
+		return &rlease{r: r, k: k, id: id, value: value, token: token}, nil
+	}
+	// No valid quorum: wait for the answers still out (bounded by the node
+	// timeout), then take back every key this attempt may have set, with a
+	// fresh context, so that nothing of it blocks another acquirer.
+	for ; answered < n; answered++ {
+		if o := <-results; o.err != nil {
+			errs = append(errs, o.err)
+		}
+	}
+	if granted > 0 || len(errs) > 0 {
+		cctx, cancel := cleanupContext(ctx)
+		r.releaseAll(cctx, k, value, id)
+		cancel()
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case refused > 0:
+		return nil, notAcquired(retry)
+	case granted >= r.quorum:
+		return nil, fmt.Errorf("redis: redlock: quorum reached after %v, past the validity of a %v lease", time.Since(start), req.TTL)
+	}
+	return nil, fmt.Errorf("redis: redlock: %d of %d nodes granted, %d needed: %w", granted, n, r.quorum, errors.Join(errs...))
+}
+
+// releaseAll runs release.lua on every node and counts the answers.
+func (r *redlock) releaseAll(ctx context.Context, k keys, value, id string) (released, notHeld int, errs []error) {
+	results := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
+		ok, err := releaseOn(ctx, c, k, value, "PUBLISH", id)
+		return outcome{ok: ok, err: err}
+	})
+	for range r.nodes {
+		switch o := <-results; {
+		case o.err != nil:
+			errs = append(errs, o.err)
+		case o.ok:
+			released++
+		default:
+			notHeld++
+		}
+	}
+	return released, notHeld, errs
+}
+
+func (r *redlock) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	k := keysFor(r.prefix, name)
+	type state struct {
+		value string
+		held  bool
+		pttl  int64
+		fence uint64
+		err   error
+	}
+	out := make(chan state, len(r.nodes))
+	for _, c := range r.nodes {
+		go func() {
+			v, err := inspectScript.Run(ctx, c, []string{k.lock, k.fence}).Slice()
+			var s state
+			s.err = err
+			if err == nil {
+				s.value, s.held, s.pttl, s.fence = inspectReply(v)
+			}
+			out <- s
+		}()
+	}
+	info := driver.Info{Waiters: -1}
+	votes := make(map[string]int)
+	minTTL := make(map[string]int64)
+	var errs []error
+	for range r.nodes {
+		s := <-out
+		if s.err != nil {
+			errs = append(errs, s.err)
+			continue
+		}
+		info.Fence = max(info.Fence, s.fence)
+		if s.held {
+			votes[s.value]++
+			if t, ok := minTTL[s.value]; !ok || s.pttl < t {
+				minTTL[s.value] = s.pttl
+			}
+		}
+	}
+	if len(errs) > len(r.nodes)-r.quorum {
+		return driver.Info{}, fmt.Errorf("redis: redlock: inspect: %w", errors.Join(errs...))
+	}
+	for v, c := range votes {
+		if c >= r.quorum {
+			info.Held, info.Owner = true, ownerOf(v)
+			if t := minTTL[v]; t > 0 {
+				info.TTL = time.Duration(t) * time.Millisecond
+			}
+		}
+	}
+	return info, nil
+}
+
+// rlease is one Redlock grant.
+type rlease struct {
+	r     *redlock
+	k     keys
+	id    string
+	value string
+	token uint64
+}
+
+func (ls *rlease) Token() uint64         { return ls.token }
+func (ls *rlease) Lost() <-chan struct{} { return nil }
+
+// Refresh extends the key on every node that still holds this grant's
+// value; it succeeds when a quorum did so within the validity.
+func (ls *rlease) Refresh(ctx context.Context, ttl time.Duration) error {
+	r := ls.r
+	start := time.Now()
+	budget := ttl - drift(ttl)
+	results := r.fanout(ctx, min(r.nodeTimeout, max(budget, time.Millisecond)), func(ctx context.Context, c goredis.UniversalClient) outcome {
+		err := refreshOn(ctx, c, ls.k, ls.value, ttl)
+		if errors.Is(err, driver.ErrNotHeld) {
+			return outcome{}
+		}
+		return outcome{ok: err == nil, err: err}
+	})
+	n := len(r.nodes)
+	var ok, notHeld, answered int
+	var errs []error
+	for answered < n && ok < r.quorum && answered-ok <= n-r.quorum {
+		o := <-results
+		answered++
+		switch {
+		case o.err != nil:
+			errs = append(errs, o.err)
+		case o.ok:
+			ok++
+		default:
+			notHeld++
+		}
+	}
+	switch {
+	case ok >= r.quorum && time.Since(start) < budget:
+		return nil
+	case ok >= r.quorum:
+		return fmt.Errorf("redis: redlock: refresh took %v, past the validity of a %v lease", time.Since(start), ttl)
+	case notHeld > n-r.quorum:
+		return fmt.Errorf("redis: redlock: refresh: %d of %d nodes no longer hold it: %w", notHeld, n, driver.ErrNotHeld)
+	}
+	return fmt.Errorf("redis: redlock: refresh: %d of %d nodes, %d needed: %w", ok, n, r.quorum, errors.Join(errs...))
+}
+
+// Release deletes the key on every node that still holds this grant's
+// value, and publishes the release there.
+func (ls *rlease) Release(ctx context.Context) error {
+	r := ls.r
+	released, notHeld, errs := r.releaseAll(ctx, ls.k, ls.value, ls.id)
+	switch {
+	case released >= r.quorum:
+		return nil
+	case notHeld > len(r.nodes)-r.quorum:
+		return fmt.Errorf("redis: redlock: release: %d of %d nodes no longer held it: %w", notHeld, len(r.nodes), driver.ErrNotHeld)
+	}
+	return fmt.Errorf("redis: redlock: release: %d of %d nodes, %d needed: %w", released, len(r.nodes), r.quorum, errors.Join(errs...))
+}

@@ -1,0 +1,220 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// config is what a URL says. Its errors never contain the password.
+type config struct {
+	scheme             string
+	addrs              []string
+	username, password string
+	db                 int
+	tls                *tls.Config
+	prefix             string
+	nodeTimeout        time.Duration
+
+	dialTimeout, readTimeout, writeTimeout, poolTimeout time.Duration
+	poolSize, minIdleConns, maxRetries                  int
+	clientName                                          string
+}
+
+func openURL(ctx context.Context, raw string) (driver.Locker, error) {
+	cfg, err := parseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.scheme {
+	case SchemeCluster:
+		return newLocker(goredis.NewClusterClient(cfg.clusterOptions()), true, cfg.prefix), nil
+	case SchemeRedlock:
+		nodes := make([]goredis.UniversalClient, len(cfg.addrs))
+		for i, a := range cfg.addrs {
+			nodes[i] = goredis.NewClient(cfg.options(a))
+		}
+		return newRedlock(nodes, true, cfg.prefix, cfg.nodeTimeout), nil
+	}
+	return newLocker(goredis.NewClient(cfg.options(cfg.addrs[0])), true, cfg.prefix), nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: redis: "+format, append([]any{dlock.ErrInvalidOption}, args...)...)
+}
+
+// parseURL reads a redis://, rediss://, redis+cluster:// or redlock:// URL.
+func parseURL(raw string) (*config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the URL, password included: do not wrap it.
+		return nil, invalid("malformed URL")
+	}
+	cfg := &config{scheme: strings.ToLower(u.Scheme)}
+	switch cfg.scheme {
+	case Scheme, SchemeTLS, SchemeCluster, SchemeRedlock:
+	default:
+		return nil, invalid("unknown scheme %q", u.Scheme)
+	}
+	if u.Opaque != "" || u.Fragment != "" {
+		return nil, invalid("want %s://host:port/...", cfg.scheme)
+	}
+	if u.User != nil {
+		cfg.username = u.User.Username()
+		cfg.password, _ = u.User.Password()
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		a, err := hostPort(h)
+		if err != nil {
+			return nil, err
+		}
+		cfg.addrs = append(cfg.addrs, a)
+	}
+	if len(cfg.addrs) > 1 && (cfg.scheme == Scheme || cfg.scheme == SchemeTLS) {
+		return nil, invalid("%s:// takes one host; use %s:// or %s:// for several", cfg.scheme, SchemeCluster, SchemeRedlock)
+	}
+	switch p := strings.Trim(u.Path, "/"); {
+	case p == "":
+	case cfg.scheme == SchemeCluster:
+		return nil, invalid("a cluster has no database number (path %q)", u.Path)
+	default:
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil, invalid("path %q: want a database number such as /0", u.Path)
+		}
+		cfg.db = n
+	}
+
+	q := driver.NewParams(u.Query())
+	cfg.prefix = q.String("prefix", DefaultPrefix)
+	if cfg.prefix == "" {
+		cfg.prefix = DefaultPrefix
+	}
+	cfg.dialTimeout = q.Duration("dial_timeout", 0)
+	cfg.readTimeout = q.Duration("read_timeout", 0)
+	cfg.writeTimeout = q.Duration("write_timeout", 0)
+	cfg.poolTimeout = q.Duration("pool_timeout", 0)
+	cfg.poolSize = q.Int("pool_size", 0, 1, 1<<16)
+	cfg.minIdleConns = q.Int("min_idle_conns", 0, 0, 1<<16)
+	cfg.maxRetries = q.Int("max_retries", -1, 0, 100)
+	cfg.clientName = q.String("client_name", "")
+	useTLS := cfg.scheme == SchemeTLS
+	if cfg.scheme == SchemeCluster || cfg.scheme == SchemeRedlock {
+		useTLS = q.Bool("tls", false)
+	}
+	var skipVerify bool
+	if useTLS {
+		skipVerify = q.Bool("skip_verify", false)
+	}
+	if cfg.scheme == SchemeRedlock {
+		cfg.nodeTimeout = q.Duration("node_timeout", DefaultNodeTimeout)
+		if cfg.nodeTimeout == 0 {
+			return nil, invalid("node_timeout must be positive")
+		}
+	}
+	if err := q.Err(); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	if err := validPrefix(cfg.prefix); err != nil {
+		return nil, err
+	}
+	if useTLS {
+		host, _, _ := net.SplitHostPort(cfg.addrs[0])
+		cfg.tls = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, InsecureSkipVerify: skipVerify}
+	}
+	return cfg, nil
+}
+
+// hostPort checks one host[:port] of the URL and adds the default port.
+func hostPort(h string) (string, error) {
+	if h == "" {
+		return "", invalid("missing host")
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return net.JoinHostPort(strings.Trim(h, "[]"), "6379"), nil
+		}
+		return "", invalid("bad host %q", h)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 || host == "" {
+		return "", invalid("bad host %q", h)
+	}
+	return h, nil
+}
+
+// maxRetries maps the URL's max_retries (absent: -1) to go-redis's field,
+// where 0 means "the default" and -1 "none". Redlock nodes default to no
+// retries: a retry rarely fits in the node timeout.
+func (c *config) goMaxRetries() int {
+	switch {
+	case c.maxRetries < 0 && c.scheme == SchemeRedlock:
+		return -1
+	case c.maxRetries < 0:
+		return 0
+	case c.maxRetries == 0:
+		return -1
+	}
+	return c.maxRetries
+}
+
+// options are the go-redis options of one server at addr.
+func (c *config) options(addr string) *goredis.Options {
+	var tc *tls.Config
+	if c.tls != nil {
+		tc = c.tls.Clone()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			tc.ServerName = host
+		}
+	}
+	return &goredis.Options{
+		Addr:                     addr,
+		Username:                 c.username,
+		Password:                 c.password,
+		DB:                       c.db,
+		TLSConfig:                tc,
+		DialTimeout:              c.dialTimeout,
+		ReadTimeout:              c.readTimeout,
+		WriteTimeout:             c.writeTimeout,
+		PoolTimeout:              c.poolTimeout,
+		PoolSize:                 c.poolSize,
+		MinIdleConns:             c.minIdleConns,
+		MaxRetries:               c.goMaxRetries(),
+		ClientName:               c.clientName,
+		ContextTimeoutEnabled:    true,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
+// clusterOptions are the go-redis options of a Cluster.
+func (c *config) clusterOptions() *goredis.ClusterOptions {
+	return &goredis.ClusterOptions{
+		Addrs:                    c.addrs,
+		Username:                 c.username,
+		Password:                 c.password,
+		TLSConfig:                c.tls,
+		DialTimeout:              c.dialTimeout,
+		ReadTimeout:              c.readTimeout,
+		WriteTimeout:             c.writeTimeout,
+		PoolTimeout:              c.poolTimeout,
+		PoolSize:                 c.poolSize,
+		MinIdleConns:             c.minIdleConns,
+		MaxRetries:               c.goMaxRetries(),
+		ClientName:               c.clientName,
+		ContextTimeoutEnabled:    true,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
