@@ -1,0 +1,6 @@
+package main
+
+// The backends dlock can use: each registers its URL schemes.
+import (
+	_ "github.com/dlock-go/dlock/memory"
+)

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// The tests run the built dlock binary (dlockBin) against real servers.
+// COMMAND is this test binary re-executed as a helper (see jobMain),
+// configured through environment variables that dlock passes through.
+var dlockBin string
+
+// Environment of the helper COMMAND.
+const (
+	envHelper = "DLOCK_CMDTEST_HELPER" // set: run as the helper, not as tests
+	envDir    = "JOB_DIR"              // where the job writes its records
+	envID     = "JOB_ID"               // the job's name in those records
+	envHold   = "JOB_HOLD"             // how long to run; default: until JOB_DIR/stop exists
+	envOnSig  = "JOB_ONSIG"            // on a signal: "exit" (status 0), "die" (of it), "ignore"
+	envExit   = "JOB_EXIT"             // exit status when done
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envHelper) != "" {
+		os.Exit(jobMain())
+	}
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "dlock-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	dlockBin = filepath.Join(dir, "dlock")
+	args := []string{"build", "-o", dlockBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", append(args, ".")...)
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		return 1
+	}
+	return testenv.Run(m)
+}
+
+// jobMain is the helper COMMAND: it records its environment and its start
+// in JOB_DIR, detects an overlap with another job (a marker file created
+// with O_EXCL), runs until JOB_HOLD passes or JOB_DIR/stop appears,
+// records the signals it gets, and exits with JOB_EXIT.
+func jobMain() int {
+	dir, id := os.Getenv(envDir), os.Getenv(envID)
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	record := func(file, line string) {
+		f, err := os.OpenFile(filepath.Join(dir, file), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+		}
+	}
+	record("env."+id, fmt.Sprintf("%s=%s\n%s=%s\n%s=%s", envName, os.Getenv(envName), envToken, os.Getenv(envToken), envURL, os.Getenv(envURL)))
+	inside := filepath.Join(dir, "inside")
+	if f, err := os.OpenFile(inside, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err != nil {
+		record("overlap", id)
+		return 99
+	} else {
+		f.Close()
+	}
+	record("log", fmt.Sprintf("start %s %d %s", id, time.Now().UnixNano(), os.Getenv(envToken)))
+	record("started."+id, strconv.Itoa(os.Getpid()))
+
+	var until <-chan time.Time
+	if d, err := time.ParseDuration(os.Getenv(envHold)); err == nil {
+		until = time.After(d)
+	}
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	done := func() int {
+		os.Remove(inside)
+		record("log", fmt.Sprintf("end %s %d", id, time.Now().UnixNano()))
+		code, _ := strconv.Atoi(os.Getenv(envExit))
+		return code
+	}
+	for {
+		select {
+		case <-until:
+			return done()
+		case <-poll.C:
+			if until == nil {
+				if _, err := os.Stat(filepath.Join(dir, "stop")); err == nil {
+					return done()
+				}
+			}
+		case sig := <-sigs:
+			record("sig."+id, sig.String())
+			switch os.Getenv(envOnSig) {
+			case "ignore":
+			case "die":
+				os.Remove(inside)
+				signal.Reset()
+				syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+				time.Sleep(time.Second)
+				return 98
+			default:
+				return done()
+			}
+		}
+	}
+}
+
+// jobEnv returns the environment for a helper COMMAND with id, writing
+// into dir; kv are extra JOB_* settings.
+func jobEnv(dir, id string, kv ...string) []string {
+	env := append(os.Environ(), envHelper+"=1", envDir+"="+dir, envID+"="+id)
+	return append(env, kv...)
+}
+
+// jobCommand is the COMMAND part of a dlock run command line.
+func jobCommand() []string {
+	self, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return []string{"--", self}
+}
+
+// dlockProc is one running dlock.
+type dlockProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	stdout *syncBuffer
+	done   chan struct{}
+	code   int
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startDlock starts dlock with args and env (nil: this process's own,
+// without DLOCK_URL). ctx bounds its life.
+func startDlock(t *testing.T, ctx context.Context, env []string, args ...string) *dlockProc {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, dlockBin, args...)
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = withoutVar(env, envURL)
+	if u, ok := lookupVar(env, envURL); ok {
+		cmd.Env = append(cmd.Env, envURL+"="+u)
+	}
+	p := &dlockProc{cmd: cmd, stderr: new(syncBuffer), stdout: new(syncBuffer), done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start dlock: %v", err)
+	}
+	go func() {
+		err := cmd.Wait()
+		p.code = exitStatus(err)
+		if err != nil && !errors.As(err, new(*exec.ExitError)) {
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for dlock to exit (at most d) and returns its status.
+func (p *dlockProc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		t.Fatalf("dlock %s did not exit within %v; stderr:\n%s", strings.Join(p.cmd.Args[1:], " "), d, p.stderr.String())
+		return -1
+	}
+}
+
+// exited reports whether dlock has exited.
+func (p *dlockProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// runDlock runs dlock to completion (bounded by ctx) and returns its exit
+// status, standard output and standard error.
+func runDlock(t *testing.T, ctx context.Context, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	p := startDlock(t, ctx, env, args...)
+	d := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		d = time.Until(dl)
+	}
+	code := p.wait(t, d)
+	return code, p.stdout.String(), p.stderr.String()
+}
+
+func withoutVar(env []string, key string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func lookupVar(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// waitFile waits until path exists and returns its content.
+func waitFile(t *testing.T, ctx context.Context, path string) string {
+	t.Helper()
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not appear: %v", filepath.Base(path), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// testCtx is a context bounded by d and the test's own deadline.
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	if dl, ok := t.Deadline(); ok {
+		deadline = minTime(dl.Add(-5*time.Second), deadline)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// oneLineMsg checks that stderr is exactly one line starting "dlock: " and
+// mentioning want.
+func oneLineMsg(t *testing.T, stderr, want string) {
+	t.Helper()
+	if !strings.HasPrefix(stderr, "dlock: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("stderr = %q, want one line \"dlock: ...%s...\"", stderr, want)
+	}
+}

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// The environment variables COMMAND gets.
+const (
+	envName  = "DLOCK_NAME"
+	envToken = "DLOCK_TOKEN"
+	// envURL (DLOCK_URL) is shared with the input side; see main.go.
+)
+
+// Default flag values.
+const (
+	defaultGrace = 10 * time.Second
+	// releaseTimeout bounds the release after COMMAND exits, and the
+	// look-up of the holder for a "busy" message.
+	releaseTimeout = 10 * time.Second
+	inspectTimeout = 2 * time.Second
+)
+
+type runOpts struct {
+	url     string
+	ttl     time.Duration
+	wait    time.Duration
+	noWait  bool
+	grace   time.Duration
+	verbose bool
+}
+
+// newRunFlags returns the flag set of "dlock run" writing into o (which may
+// be nil when only the defaults are printed).
+func newRunFlags(o *runOpts) *flag.FlagSet {
+	if o == nil {
+		o = new(runOpts)
+	}
+	fs := flag.NewFlagSet("dlock run", flag.ContinueOnError)
+	fs.StringVar(&o.url, "url", "", "lock service `URL` (default $DLOCK_URL)")
+	fs.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "lease length `D`: a crashed holder's lock is freed after at most D on TTL-bound backends (Redis); the lease is renewed every D/3 while COMMAND runs")
+	fs.DurationVar(&o.wait, "wait", 0, "give up (status 75) when the lock is not acquired within `D` (default: wait as long as it takes)")
+	fs.BoolVar(&o.noWait, "no-wait", false, "do not wait: exit with status 75 at once when the lock is held")
+	fs.DurationVar(&o.grace, "grace", defaultGrace, "after a lost lease, time `D` between SIGTERM and SIGKILL to COMMAND")
+	fs.BoolVar(&o.verbose, "v", false, "report acquire, release and forwarded signals on standard error")
+	fs.SetOutput(discard{})
+	return fs
+}
+
+// discard is an io.Writer that drops everything: the flag package's own
+// multi-line messages are replaced by dlock's one-line usage errors.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// flagDefaults renders a flag set's defaults for the help text.
+func flagDefaults(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(discard{})
+	return b.String()
+}
+
+// parseRun checks the arguments of "dlock run" and returns the options, the
+// lock name and COMMAND with its arguments; msg is a usage error.
+func parseRun(args []string) (o runOpts, name string, command []string, msg string, help bool) {
+	fs := newRunFlags(&o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, "", nil, "", true
+		}
+		return o, "", nil, err.Error(), false
+	}
+	waitSet := false
+	fs.Visit(func(f *flag.Flag) { waitSet = waitSet || f.Name == "wait" })
+	rest := fs.Args()
+	switch {
+	case waitSet && o.noWait:
+		return o, "", nil, "-wait and -no-wait exclude each other", false
+	case waitSet && o.wait <= 0:
+		return o, "", nil, fmt.Sprintf("-wait %v: want a positive duration (or -no-wait)", o.wait), false
+	case o.ttl < dlock.MinTTL:
+		return o, "", nil, fmt.Sprintf("-ttl %v: want at least %v", o.ttl, dlock.MinTTL), false
+	case o.grace < 0:
+		return o, "", nil, fmt.Sprintf("-grace %v: want a non-negative duration", o.grace), false
+	case len(rest) == 0:
+		return o, "", nil, "missing lock NAME and COMMAND: dlock run [flags] NAME -- COMMAND [ARG...]", false
+	}
+	name, command = rest[0], rest[1:]
+	if len(command) > 0 && command[0] == "--" {
+		command = command[1:]
+	} else if len(command) > 0 && strings.HasPrefix(command[0], "-") {
+		return o, "", nil, fmt.Sprintf("%q after NAME: flags go before NAME, and -- before COMMAND", command[0]), false
+	}
+	if len(command) == 0 {
+		return o, "", nil, fmt.Sprintf("missing COMMAND: dlock run [flags] %s -- COMMAND [ARG...]", name), false
+	}
+	return o, name, command, "", false
+}
+
+func (c cli) run(args []string) int {
+	o, name, command, msg, help := parseRun(args)
+	if help {
+		c.help(c.stdout)
+		return 0
+	}
+	if msg != "" {
+		return c.usageError(msg)
+	}
+	rawURL, err := c.resolveURL(o.url)
+	if err != nil {
+		return c.usageError(err.Error())
+	}
+
+	// Take the signals before anything can block, so that an interrupt
+	// while connecting or waiting ends dlock cleanly and one while COMMAND
+	// runs reaches COMMAND.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	l, lease, code := c.acquireInterruptibly(sigs, rawURL, name, o)
+	if lease == nil {
+		return code
+	}
+	defer l.Close()
+	if o.verbose {
+		caps := l.Capabilities()
+		c.say(rawURL, "acquired lock %q (fence %d, %s/%s)", name, lease.Token(), caps.Backend, caps.Strategy)
+	}
+	return c.runCommand(sigs, rawURL, name, o, l, lease, command)
+}
+
+// acquireInterruptibly opens the Locker and acquires name, giving up when
+// a terminating signal arrives. It returns a nil lease and dlock's exit
+// status when the lock was not acquired.
+func (c cli) acquireInterruptibly(sigs <-chan os.Signal, rawURL, name string, o runOpts) (*dlock.Locker, *dlock.Lease, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		l     *dlock.Locker
+		lease *dlock.Lease
+		code  int
+		msg   string
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, lease, code, msg := c.acquire(ctx, rawURL, name, o)
+		done <- result{l, lease, code, msg}
+	}()
+	for {
+		select {
+		case r := <-done:
+			if r.lease == nil {
+				return nil, nil, c.failf(r.code, rawURL, "%s", r.msg)
+			}
+			return r.l, r.lease, 0
+		case sig := <-sigs:
+			if !terminates(sig) {
+				continue // nothing to forward it to yet
+			}
+			cancel()
+			if r := <-done; r.lease != nil { // granted just before the cancel
+				release(r.lease)
+				r.l.Close()
+			}
+			return nil, nil, c.failf(signalStatus(sig), rawURL, "interrupted by %v while waiting for lock %q; COMMAND not run", sig, name)
+		}
+	}
+}
+
+// acquire opens the Locker and acquires name as the flags say. Without a
+// lease it returns dlock's exit status and a one-line message; the Locker
+// is then closed.
+func (c cli) acquire(ctx context.Context, rawURL, name string, o runOpts) (*dlock.Locker, *dlock.Lease, int, string) {
+	l, err := dlock.Open(ctx, rawURL)
+	if err != nil {
+		return nil, nil, openStatus(err), "cannot open the lock service: " + errText(err)
+	}
+	opts := &dlock.AcquireOptions{TTL: o.ttl, Owner: owner()}
+	var lease *dlock.Lease
+	waitCtx := ctx
+	switch {
+	case o.noWait:
+		lease, err = l.TryAcquire(ctx, name, opts)
+	case o.wait > 0:
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.wait)
+		lease, err = l.Acquire(waitCtx, name, opts)
+		cancel()
+	default:
+		lease, err = l.Acquire(ctx, name, opts)
+	}
+	if err == nil {
+		return l, lease, 0, ""
+	}
+	defer l.Close()
+	switch {
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return nil, nil, exitBusy, fmt.Sprintf("lock %q is busy%s; COMMAND not run", name, holder(l, name))
+	case ctx.Err() == nil && waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
+		return nil, nil, exitBusy, fmt.Sprintf("gave up waiting for lock %q after %v%s; COMMAND not run", name, o.wait, holder(l, name))
+	case ctx.Err() != nil:
+		return nil, nil, 0, "" // interrupted: the caller reports it
+	}
+	return nil, nil, openStatus(err), fmt.Sprintf("cannot acquire lock %q: %s", name, errText(err))
+}
+
+// holder describes the current holder of name for a "busy" message, or ""
+// when the backend cannot tell.
+func holder(l *dlock.Locker, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	defer cancel()
+	info, err := l.Inspect(ctx, name)
+	if err != nil || !info.Held {
+		return ""
+	}
+	var parts []string
+	if info.Owner != "" {
+		parts = append(parts, "held by "+info.Owner)
+	}
+	if info.Fence != 0 {
+		parts = append(parts, fmt.Sprintf("fence %d", info.Fence))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// owner identifies this dlock to "dlock status": host/pid.
+func owner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// release releases a lease with a fresh bounded context.
+func release(lease *dlock.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	return lease.Release(ctx)
+}
+
+// childEnv is base with DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL (password
+// redacted) set, replacing any inherited values.
+func childEnv(base []string, name string, token uint64, rawURL string) []string {
+	out := make([]string, 0, len(base)+3)
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == envName || k == envToken || k == envURL {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out,
+		envName+"="+name,
+		fmt.Sprintf("%s=%d", envToken, token),
+		envURL+"="+driver.Redact(rawURL))
+}
+
+// runCommand runs COMMAND while lease is held, forwards signals to it,
+// terminates it when the lease is lost, releases the lock after it exits
+// and returns dlock's exit status.
+func (c cli) runCommand(sigs <-chan os.Signal, rawURL, name string, o runOpts, l *dlock.Locker, lease *dlock.Lease, command []string) int {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = childEnv(os.Environ(), name, lease.Token(), rawURL)
+	setProcAttr(cmd)
+
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		// COMMAND's parent-death signal (Linux) fires when the thread that
+		// started it exits: keep this goroutine on its thread, never
+		// unlocked, until COMMAND has been reaped.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		relErr := release(lease)
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		if relErr != nil {
+			c.say(rawURL, "release lock %q: %s", name, errText(relErr))
+		}
+		return c.failf(code, rawURL, "cannot run %s: %s", command[0], oneLine(err.Error()))
+	}
+
+	var (
+		lostErr  error
+		leaseEnd = lease.Done()
+		kill     <-chan time.Time
+		waitErr  error
+	)
+loop:
+	for {
+		select {
+		case waitErr = <-exited:
+			break loop
+		case sig := <-sigs:
+			if o.verbose {
+				c.say(rawURL, "forwarding %v to COMMAND", sig)
+			}
+			signalGroup(cmd.Process, sig)
+		case <-leaseEnd:
+			leaseEnd = nil
+			lostErr = lease.Err()
+			c.say(rawURL, "lock %q lost while COMMAND was running (%s); sending SIGTERM to COMMAND, SIGKILL in %v", name, errText(lostErr), o.grace)
+			signalGroup(cmd.Process, syscall.SIGTERM)
+			t := time.NewTimer(o.grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			c.say(rawURL, "COMMAND still running %v after SIGTERM; sending SIGKILL", o.grace)
+			signalGroup(cmd.Process, syscall.SIGKILL)
+		}
+	}
+	status := exitStatus(waitErr)
+
+	if lostErr != nil {
+		release(lease) // best effort: the server no longer holds it for us
+		return c.failf(exitLost, rawURL, "lock %q was lost; COMMAND was terminated (its status: %d)", name, status)
+	}
+	err := release(lease)
+	switch {
+	case err == nil:
+		if o.verbose {
+			c.say(rawURL, "released lock %q; COMMAND exited with status %d", name, status)
+		}
+		return status
+	case errors.Is(err, dlock.ErrNotHeld):
+		// The lease ended while COMMAND ran, unnoticed until now: its work
+		// may have overlapped another holder's.
+		return c.failf(exitLost, rawURL, "lock %q was lost while COMMAND ran (%s); COMMAND exited with status %d", name, errText(err), status)
+	default:
+		c.say(rawURL, "could not release lock %q (%s); the lock service frees it when the lease ends", name, errText(err))
+		return status
+	}
+}
+
+// exitStatus maps COMMAND's end to an exit status: its own status, or
+// 128+N when signal N killed it.
+func exitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return exitSignalBase + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return exitUnavailable // Wait itself failed: not expected
+}
+
+// signalStatus is the conventional status of a process ended by sig.
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return exitSignalBase + int(s)
+	}
+	return exitSignalBase + 2
+}
