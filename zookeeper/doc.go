@@ -1,0 +1,108 @@
+// Package zookeeper is dlock's ZooKeeper driver.
+//
+// # URLs
+//
+//	zk://host1:2181,host2:2181,host3:2181/prefix?session_timeout=10s
+//
+// opens one ZooKeeper session to the ensemble (hosts in any order, port
+// 2181 when omitted) and keeps every lock under the znode prefix (default
+// /dlock; created as persistent nodes on first use; it must not be the root
+// or under /zookeeper). Parameters (unknown ones are an error):
+//
+//   - session_timeout (default 10s, at least 100ms): the requested session
+//     timeout. The server clamps it to [2, 20] × its tickTime; the
+//     negotiated value is the lease's bound (below).
+//   - recipe=fair|basic (default fair): the locking recipe (below).
+//   - connect_timeout (default 10s): how long Open waits for a session.
+//
+// zk://user:password@host/prefix authenticates with ZooKeeper's digest
+// scheme (addAuth digest user:password) and creates every node with the
+// ACL "auth" (only that identity can read or delete them). The password
+// never appears in an error.
+//
+// OpenLocker uses a *zk.Conn that you opened (and that Close leaves open).
+//
+// # The fair recipe
+//
+// Each acquisition creates an EPHEMERAL_SEQUENTIAL child of
+// /prefix/<escaped name>; the lowest sequence number holds the lock and the
+// others queue behind it in arrival order (Capabilities.Fair). Each waiter
+// watches the node just ahead of it, and the one ahead of that; a release
+// wakes at most those two, never the herd, and the next in line is granted
+// on the deletion event itself, without a further round trip.
+//
+// Children have protected names, "_c_<GUID>-lock-<sequence>" with a GUID
+// per attempt: when the connection is lost after the server applied a
+// create but before its reply arrived, the retry lists the children, finds
+// its GUID and carries on with that node instead of leaving an orphan that
+// would block everybody until the session ends.
+//
+// An uncontended Acquire costs one round trip: the create and the
+// getChildren that follows it are sent together (a session's requests are
+// answered in order), and the token is read from the parent's stat returned
+// by that listing when no other child came or went (pzxid = our czxid).
+// Release is one delete. A TryAcquire that finds the lock held deletes its
+// node again before it returns ErrNotAcquired. A cancelled or failed Acquire
+// deletes its node with a fresh bounded context; what cannot be deleted
+// then (the connection is down) is deleted in the background as soon as
+// the session is reachable again.
+//
+// # The basic recipe
+//
+// recipe=basic is the naive recipe, kept for comparison: one ephemeral
+// node /prefix/<escaped name>/lock; whoever creates it holds the lock, and
+// every waiter watches it and tries again when it goes, so each release
+// wakes all waiters (the herd effect). Not fair. A name must be locked with
+// one recipe only.
+//
+// # Sessions and leases
+//
+// A lease is its session's ephemeral node: it lasts as long as the session,
+// and AcquireOptions.TTL is ignored (Capabilities.SessionBound; the
+// keep-alive merely checks, in one round trip, that the node still exists
+// in this session). If the holder's process dies, the server deletes the
+// node when the session expires: Capabilities.ReleaseOnCrash is the
+// negotiated session timeout.
+//
+// Lease.Done closes (with ErrLockLost) when the lease may be gone:
+//
+//   - at once when the session expired, or the node was deleted (an
+//     administrator revoked it);
+//   - when the server may expire the session: the Locker records the send
+//     time of the newest request whose reply it has read (go-zookeeper
+//     pings every third of the session timeout) and ends its leases at that
+//     time plus the session timeout minus a margin (2% + 5ms) unless a newer
+//     reply came. A disconnection shorter than that keeps the leases, as
+//     ZooKeeper keeps the session. A lease lost this way while the session
+//     survives has its node deleted in the background.
+//
+// With OpenLocker, the Locker cannot see the connection's traffic: it ends
+// leases Options.SessionTimeout/3 minus the margin after the connection is
+// seen down (at once when the timeout is not given).
+//
+// A waiter whose session expired is never granted: its node is gone, and it
+// queues again in the new session.
+//
+// # Fencing tokens
+//
+// Lease.Token is the czxid of the lock node: the zxid of the transaction
+// that created it. zxids are global to the ensemble and never go back, so
+// tokens increase across successive holders (a later holder's node was
+// created after the earlier one's: in the fair recipe it is behind it in
+// the queue), across server restarts and leader changes
+// (TokensSurviveRestart), and across a re-created parent. That is why the
+// fair recipe can use container nodes as parents, which the server deletes
+// once they are empty: deleting a parent never resets a token. (The basic
+// recipe's parents are persistent because its release checks the parent's
+// data version, which a re-created node would start again at 0.)
+//
+// # Names
+//
+// A lock name becomes one znode name: '%', '/' and every code point
+// ZooKeeper refuses in a path (U+0000–U+001F, U+007F–U+009F,
+// U+D800–U+F8FF, U+FFF0 and above, which includes everything outside the
+// Basic Multilingual Plane) are percent-escaped byte by byte, and the names
+// "." and ".." become "%2E" and "%2E%2E". The mapping is injective, so
+// distinct names never share a lock, and any UTF-8 name up to dlock's 1024
+// bytes fits.
+package zookeeper

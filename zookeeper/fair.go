@@ -1,0 +1,537 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Child names are protected, as in go-zookeeper's CreateProtectedEphemeralSequential
+// and Curator: "_c_" + a 32-hex-digit GUID of the attempt + "-lock-" + the
+// server's 10-digit sequence number.
+const (
+	protectedPrefix = "_c_"
+	childTag        = "-lock-"
+	guidLen         = 32
+)
+
+func childPrefix(guid string) string { return protectedPrefix + guid + childTag }
+
+// parseChild splits a child name into the GUID and the sequence number.
+func parseChild(name string) (guid string, seq int64, ok bool) {
+	rest, found := strings.CutPrefix(name, protectedPrefix)
+	if !found || len(rest) < guidLen+len(childTag)+1 || rest[guidLen:guidLen+len(childTag)] != childTag {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseInt(rest[guidLen+len(childTag):], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return rest[:guidLen], seq, true
+}
+
+// queued is one child of a lock's parent.
+type queued struct {
+	name string
+	guid string
+	seq  int64
+}
+
+// sortQueue orders children by sequence number. A child this package did
+// not create counts as ahead of everyone (never skipped).
+func sortQueue(kids []string) []queued {
+	q := make([]queued, 0, len(kids))
+	for _, k := range kids {
+		g, seq, ok := parseChild(k)
+		if !ok {
+			seq = math.MinInt64
+		}
+		q = append(q, queued{name: k, guid: g, seq: seq})
+	}
+	slices.SortFunc(q, func(a, b queued) int {
+		if a.seq != b.seq {
+			if a.seq < b.seq {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return q
+}
+
+// errRequeue: the attempt's node vanished (revoked, or its session expired)
+// before the grant; the attempt starts again with a new node.
+var errRequeue = errors.New("zookeeper: queue node vanished")
+
+// attempt is one acquisition with the fair recipe.
+type attempt struct {
+	l      *locker
+	parent string
+	guid   string
+	data   []byte
+
+	node    string // our node's path once known
+	name    string // its last element
+	seq     int64
+	sid     int64               // the session the node belongs to
+	unknown bool                // a create may have been applied without a reply
+	pending chan result[string] // a create still in flight when ctx ended
+}
+
+// view is a listing of the queue that contains our node.
+type view struct {
+	below []queued        // nodes ahead of ours, ascending
+	stat  *zk.Stat        // the parent's stat at the listing
+	ch    <-chan zk.Event // the child watch the listing set
+}
+
+type childList struct {
+	kids []string
+	st   *zk.Stat
+	ch   <-chan zk.Event
+}
+
+func (l *locker) fairAcquire(ctx context.Context, req driver.Request, wait bool) (_ driver.Lease, err error) {
+	a := &attempt{l: l, parent: l.parent(req.Name), guid: newGUID(), data: []byte(req.Owner)}
+	defer func() {
+		if err != nil {
+			a.abandon(ctx)
+			err = l.wrapErr(err)
+		}
+	}()
+	for {
+		v, err := a.enqueue(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var ls driver.Lease
+		switch {
+		case len(v.below) == 0:
+			ls, err = a.grantListed(ctx, v)
+		case !wait:
+			return nil, &driver.NotAcquiredError{}
+		default:
+			ls, err = a.wait(ctx, v.below)
+		}
+		if errors.Is(err, errRequeue) {
+			a.node = ""
+			continue
+		}
+		return ls, err
+	}
+}
+
+func (a *attempt) setNode(path string, sid int64) {
+	a.node, a.sid, a.unknown = path, sid, false
+	a.name = path[strings.LastIndexByte(path, '/')+1:]
+	_, a.seq, _ = parseChild(a.name)
+}
+
+// enqueue makes sure our node exists and returns a listing that contains
+// it. The create and the listing are pipelined: go-zookeeper sends one
+// connection's requests in order and the server answers a session's
+// requests in order, so a getChildren sent right after the create sees the
+// new node, at the cost of one round trip for both. Should the listing have
+// gone out first (two goroutines race to the send queue), the node is
+// missing from it and the listing is simply repeated.
+func (a *attempt) enqueue(ctx context.Context) (view, error) {
+	l, c := a.l, a.l.conn
+	backoff := 10 * time.Millisecond
+	pause := func() error {
+		err := sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, time.Second)
+		return err
+	}
+	for {
+		if a.node == "" && !a.unknown {
+			sid := c.SessionID()
+			cr := make(chan result[string], 1)
+			lr := make(chan result[childList], 1)
+			sent := make(chan struct{})
+			go func() {
+				close(sent)
+				p, err := c.Create(a.parent+"/"+childPrefix(a.guid), a.data, zk.FlagEphemeralSequential, l.cfg.acl)
+				cr <- result[string]{p, err}
+			}()
+			<-sent
+			go func() {
+				k, st, ch, err := c.ChildrenW(a.parent)
+				lr <- result[childList]{childList{k, st, ch}, err}
+			}()
+			var r result[string]
+			select {
+			case r = <-cr:
+			case <-ctx.Done():
+				a.pending, a.sid = cr, sid
+				return view{}, ctx.Err()
+			}
+			switch {
+			case r.err == nil:
+				a.setNode(r.v, sid)
+				select {
+				case lres := <-lr:
+					if lres.err == nil {
+						if v, ok := a.view(lres.v); ok {
+							return v, nil
+						}
+					}
+				case <-ctx.Done():
+					return view{}, ctx.Err()
+				}
+			case errors.Is(r.err, zk.ErrNoNode):
+				if err := l.ensureParents(ctx, a.parent, true); err != nil {
+					return view{}, err
+				}
+				continue
+			case errors.Is(r.err, zk.ErrConnectionClosed):
+				// The server may have applied the create: its reply was
+				// lost. Our GUID finds the node in the listing below.
+				a.unknown, a.sid = true, sid
+			case retryable(r.err):
+				if err := pause(); err != nil {
+					return view{}, err
+				}
+				continue
+			default:
+				return view{}, r.err
+			}
+		}
+
+		r, err := call(ctx, func() (childList, error) {
+			k, st, ch, err := c.ChildrenW(a.parent)
+			return childList{k, st, ch}, err
+		})
+		switch {
+		case err == nil:
+		case errors.Is(err, zk.ErrNoNode):
+			a.node, a.unknown = "", false // no parent: no node of ours either
+			continue
+		case errors.Is(err, zk.ErrConnectionClosed) || retryable(err):
+			if err := pause(); err != nil {
+				return view{}, err
+			}
+			continue
+		default:
+			return view{}, err
+		}
+		if a.unknown {
+			a.unknown = false
+			if c.SessionID() == a.sid {
+				for _, k := range r.kids {
+					if g, _, ok := parseChild(k); ok && g == a.guid {
+						a.setNode(a.parent+"/"+k, a.sid)
+						break
+					}
+				}
+			}
+			if a.node == "" {
+				continue // the create was not applied: send it again
+			}
+		}
+		if v, ok := a.view(r); ok {
+			return v, nil
+		}
+		a.node = "" // our node vanished: start again
+	}
+}
+
+// view computes the nodes ahead of ours from a listing; false when our
+// node is not in it (or our session changed).
+func (a *attempt) view(r childList) (view, bool) {
+	if a.node == "" || a.l.conn.SessionID() != a.sid || !slices.Contains(r.kids, a.name) {
+		return view{}, false
+	}
+	v := view{stat: r.st, ch: r.ch}
+	for _, q := range sortQueue(r.kids) {
+		if q.name == a.name {
+			break
+		}
+		if q.guid == a.guid {
+			// A second node of this attempt (a create applied after its
+			// reply was lost and the create was sent again): ours to delete.
+			a.l.addOrphan(orphan{path: a.parent + "/" + q.name, sid: a.sid})
+			continue
+		}
+		v.below = append(v.below, q)
+	}
+	return v, true
+}
+
+// grantListed grants the lock to a node that a listing found lowest. The
+// token is the node's czxid. When the parent's cversion shows that no child
+// came or went after our create, the parent's pzxid is that czxid and no
+// further round trip is needed; otherwise one getData reads it.
+func (a *attempt) grantListed(ctx context.Context, v view) (driver.Lease, error) {
+	if v.stat != nil && v.ch != nil && int64(v.stat.Cversion) == a.seq+1 {
+		return a.grant(v.stat.Pzxid, v.ch)
+	}
+	d, err := getW(ctx, a.l.conn, a.node)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, errRequeue
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a.grant(d.st.Czxid, d.ch)
+}
+
+// grant turns our node into a lease; watch is a child watch on the parent
+// or a data watch on the node.
+func (a *attempt) grant(czxid int64, watch <-chan zk.Event) (driver.Lease, error) {
+	if a.l.conn.SessionID() != a.sid {
+		return nil, errRequeue // a waiter whose session expired is never granted
+	}
+	ls := a.l.newLease(a.node, a.sid, czxid, false, 0)
+	a.node = "" // the lease owns it now
+	ls.start(watch)
+	return ls, nil
+}
+
+// wait queues until every node ahead of ours is gone.
+//
+// It watches the node just ahead (pred) and, when there is one, the node
+// ahead of that (pp). When pred goes and the listing had nothing else ahead,
+// the lock is ours without another round trip: nodes ahead of ours can only
+// leave, never arrive (a later create gets a higher sequence number). When
+// pp goes (usually: pred was granted the lock), the queue is listed again
+// off the critical path, so that by the time pred releases we know pred is
+// the last one ahead. A release thus wakes two waiters at most, not the
+// herd; the next holder is granted on the deletion event itself, and its
+// token (our czxid) was read while queueing, together with a watch on our
+// own node that tells a revoked waiter to queue again.
+func (a *attempt) wait(ctx context.Context, below []queued) (driver.Lease, error) {
+	c := a.l.conn
+	watched := make(map[string]<-chan zk.Event)
+	var own <-chan zk.Event
+	var czxid int64
+	backoff := 10 * time.Millisecond
+	for {
+		if len(below) == 0 {
+			return a.grantWaited(ctx, czxid, own)
+		}
+		pred := below[len(below)-1].name
+		pp := ""
+		if len(below) >= 2 {
+			pp = below[len(below)-2].name
+		}
+		var paths []string
+		if own == nil {
+			paths = append(paths, a.node)
+		}
+		for _, n := range []string{pred, pp} {
+			if n != "" && watched[n] == nil {
+				paths = append(paths, a.parent+"/"+n)
+			}
+		}
+		res, err := getWAll(ctx, c, paths)
+		if err != nil {
+			return nil, err
+		}
+		changed, transient := false, false
+		for i, p := range paths {
+			r := res[i]
+			name := p[strings.LastIndexByte(p, '/')+1:]
+			switch {
+			case r.err == nil && p == a.node:
+				if r.v.st.EphemeralOwner != a.sid {
+					return nil, errRequeue
+				}
+				own, czxid = r.v.ch, r.v.st.Czxid
+			case r.err == nil:
+				watched[name] = r.v.ch
+			case errors.Is(r.err, zk.ErrNoNode) && p == a.node:
+				return nil, errRequeue
+			case errors.Is(r.err, zk.ErrNoNode):
+				below = slices.DeleteFunc(below, func(q queued) bool { return q.name == name })
+				changed = true
+			case errors.Is(r.err, zk.ErrClosing):
+				return nil, r.err
+			default:
+				transient = true
+			}
+		}
+		if changed {
+			continue
+		}
+		if transient {
+			if err := sleepCtx(ctx, backoff); err != nil {
+				return nil, err
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		var ppCh <-chan zk.Event
+		if pp != "" {
+			ppCh = watched[pp]
+		}
+		select {
+		case ev := <-watched[pred]:
+			delete(watched, pred)
+			if err := notWatching(ev); err != nil {
+				return nil, err
+			}
+			if ev.Type != zk.EventNodeDeleted {
+				continue // re-arm
+			}
+			below = below[:len(below)-1]
+			if len(below) > 0 {
+				if below, err = a.relist(ctx); err != nil {
+					return nil, err
+				}
+			}
+		case ev := <-ppCh:
+			delete(watched, pp)
+			if err := notWatching(ev); err != nil {
+				return nil, err
+			}
+			if ev.Type == zk.EventNodeDeleted {
+				if below, err = a.relist(ctx); err != nil {
+					return nil, err
+				}
+			}
+		case ev := <-own:
+			own = nil
+			if err := notWatching(ev); err != nil {
+				return nil, err
+			}
+			if ev.Type == zk.EventNodeDeleted {
+				return nil, errRequeue
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// notWatching maps go-zookeeper's "watches are gone" event: after a session
+// expiry our node is gone too (queue again); after Close, ErrClosed.
+func notWatching(ev zk.Event) error {
+	if ev.Type != zk.EventNotWatching {
+		return nil
+	}
+	if errors.Is(ev.Err, zk.ErrClosing) {
+		return ev.Err
+	}
+	return errRequeue
+}
+
+// relist lists the queue again and returns the nodes ahead of ours.
+func (a *attempt) relist(ctx context.Context) ([]queued, error) {
+	for {
+		kids, err := children(ctx, a.l.conn, a.parent)
+		switch {
+		case err == nil:
+			v, ok := a.view(childList{kids: kids})
+			if !ok {
+				return nil, errRequeue
+			}
+			return v.below, nil
+		case errors.Is(err, zk.ErrNoNode):
+			return nil, errRequeue
+		case errors.Is(err, zk.ErrConnectionClosed) || retryable(err):
+			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, err
+		}
+	}
+}
+
+// grantWaited grants the lock after the wait; own is the data watch on our
+// node (set while queueing) and czxid our token.
+func (a *attempt) grantWaited(ctx context.Context, czxid int64, own <-chan zk.Event) (driver.Lease, error) {
+	if own != nil {
+		select {
+		case ev := <-own:
+			if err := notWatching(ev); err != nil {
+				return nil, err
+			}
+			if ev.Type == zk.EventNodeDeleted {
+				return nil, errRequeue
+			}
+			own = nil
+		default:
+		}
+	}
+	if own == nil {
+		d, err := getW(ctx, a.l.conn, a.node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, errRequeue
+		}
+		if err != nil {
+			return nil, err
+		}
+		own, czxid = d.ch, d.st.Czxid
+	}
+	return a.grant(czxid, own)
+}
+
+// getWAll sends getData-with-watch for every path at once (pipelined) and
+// returns the results in order; the error is ctx's.
+func getWAll(ctx context.Context, c *zk.Conn, paths []string) ([]result[nodeData], error) {
+	out := make([]result[nodeData], len(paths))
+	if len(paths) == 0 {
+		return out, nil
+	}
+	done := make(chan struct{}, len(paths))
+	for i, p := range paths {
+		go func() {
+			d, st, ch, err := c.GetW(p)
+			out[i] = result[nodeData]{nodeData{data: d, st: st, ch: ch}, err}
+			done <- struct{}{}
+		}()
+	}
+	for range paths {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// abandon deletes what a failed or cancelled attempt left, with a fresh
+// bounded context: its node, a node whose create is still in flight, or a
+// node whose create reply was lost (found by GUID). What cannot be deleted
+// now is left to the janitor.
+func (a *attempt) abandon(ctx context.Context) {
+	if a.node == "" && !a.unknown && a.pending == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if a.pending != nil {
+		select {
+		case r := <-a.pending:
+			if r.err == nil {
+				a.setNode(r.v, a.sid)
+			} else if errors.Is(r.err, zk.ErrConnectionClosed) {
+				a.unknown = true
+			}
+		case <-cctx.Done():
+			a.unknown = true
+		}
+	}
+	if a.node != "" {
+		if err := deleteNode(cctx, a.l.conn, a.node); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			a.l.addOrphan(orphan{path: a.node, sid: a.sid})
+		}
+	}
+	if a.unknown {
+		o := orphan{parent: a.parent, guid: a.guid, sid: a.sid}
+		if !a.l.deleteOrphan(cctx, o) {
+			a.l.addOrphan(o)
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// session follows the liveness of a Locker's ZooKeeper session and ends
+// (closes Lost of) the leases that may have outlived it:
+//
+//   - at once when the session expired (StateExpired, or a new session id);
+//   - when the server may have expired it: with the Locker's own connection,
+//     at lastAck + timeout − margin, where lastAck is the send time of the
+//     newest request (pings included) whose reply was read (see tracker);
+//     with a user's connection, timeout/3 − margin after the connection was
+//     seen down (go-zookeeper notices silence 2/3 of the timeout after the
+//     last packet), or at once when the timeout is unknown.
+//
+// One goroutine (run) per Locker does this for all its leases.
+type session struct {
+	conn    *zk.Conn
+	tr      *tracker        // nil for a user's connection
+	timeout time.Duration   // requested or given; 0: unknown
+	events  <-chan zk.Event // a user's event channel, or nil
+	janitor func(orphan)    // deletes a node a lost lease may have left
+
+	wake chan struct{} // cap 1: state changed
+
+	mu        sync.Mutex
+	leases    map[*lease]struct{}
+	sid       int64     // session id last seen established
+	downSince time.Time // user's connection: when it was first seen down
+	ended     bool      // closeAll was called
+}
+
+// pollEvery is how often the session state is polled when no event
+// channel tells of changes (a backstop with the Locker's own connection).
+const (
+	pollUser = 50 * time.Millisecond
+	pollOwn  = 500 * time.Millisecond
+)
+
+func newSession(conn *zk.Conn, tr *tracker, timeout time.Duration, events <-chan zk.Event) *session {
+	return &session{conn: conn, tr: tr, timeout: timeout, events: events,
+		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{})}
+}
+
+// lossMargin is subtracted from the session timeout: the clock-rate
+// difference between client and server (1%, as dlock's drift) plus the
+// time it takes to wake up and close Lost.
+func lossMargin(timeout time.Duration) time.Duration { return timeout/50 + 5*time.Millisecond }
+
+// sessionTimeout is the timeout the server negotiated when known.
+func (s *session) sessionTimeout() time.Duration {
+	if s.tr != nil {
+		if t := s.tr.negotiated(); t > 0 {
+			return t
+		}
+	}
+	return s.timeout
+}
+
+func (s *session) crashBound() time.Duration {
+	if t := s.sessionTimeout(); t > 0 {
+		return t
+	}
+	return assumedMaxSession
+}
+
+// onEvent is go-zookeeper's event callback for the Locker's own
+// connection. It runs in go-zookeeper's loop and must not block.
+func (s *session) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	if ev.State == zk.StateExpired {
+		s.loseAll(func(*lease) bool { return true }, "zookeeper: session expired")
+	}
+	s.signal()
+}
+
+func (s *session) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitSession waits until the connection has a session.
+func (s *session) waitSession(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if s.conn.State() == zk.StateHasSession && s.conn.SessionID() != 0 {
+			s.mu.Lock()
+			s.sid = s.conn.SessionID()
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// deadline returns the time after which the session may have expired on
+// the server, and false when there is none to fear now.
+func (s *session) deadlineLocked() (time.Time, bool) {
+	t := s.sessionTimeout()
+	if s.tr != nil {
+		ack := s.tr.ackedAt()
+		if ack.IsZero() {
+			return time.Time{}, false
+		}
+		return ack.Add(t - lossMargin(t)), true
+	}
+	if s.downSince.IsZero() {
+		return time.Time{}, false
+	}
+	if t == 0 {
+		return s.downSince, true
+	}
+	poll := pollUser
+	if s.events != nil {
+		poll = 0
+	}
+	return s.downSince.Add(t/3 - poll - lossMargin(t)), true
+}
+
+// check brings the state up to date and ends the leases that may have
+// outlived their session.
+func (s *session) check(now time.Time) {
+	state, sid := s.conn.State(), s.conn.SessionID()
+	s.mu.Lock()
+	if state == zk.StateHasSession && sid != 0 {
+		s.downSince = time.Time{}
+		if sid != s.sid {
+			s.sid = sid
+			s.loseLocked(func(ls *lease) bool { return ls.sid != sid }, "zookeeper: session expired (a new session replaced it)")
+		}
+	} else if s.downSince.IsZero() {
+		s.downSince = now
+	}
+	if state == zk.StateExpired {
+		s.loseLocked(func(*lease) bool { return true }, "zookeeper: session expired")
+	}
+	if dl, ok := s.deadlineLocked(); ok && !now.Before(dl) {
+		s.loseLocked(func(*lease) bool { return true }, whyMayExpire)
+	}
+	s.mu.Unlock()
+}
+
+// run is the session's goroutine; it ends when stop is closed.
+func (s *session) run(stop <-chan struct{}) {
+	poll := pollOwn
+	if s.tr == nil {
+		poll = pollUser
+	}
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
+	events := s.events
+	for {
+		now := time.Now()
+		s.check(now)
+		next := poll
+		s.mu.Lock()
+		if dl, ok := s.deadlineLocked(); ok && len(s.leases) > 0 {
+			next = min(next, max(dl.Sub(now), time.Millisecond))
+		}
+		s.mu.Unlock()
+		timer.Reset(next)
+		select {
+		case <-stop:
+			return
+		case <-s.wake:
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				break
+			}
+			if ev.Type == zk.EventSession {
+				if ev.State == zk.StateExpired {
+					s.loseAll(func(*lease) bool { return true }, "zookeeper: session expired")
+				}
+				if ev.State == zk.StateDisconnected {
+					s.mu.Lock()
+					if s.downSince.IsZero() {
+						s.downSince = time.Now()
+					}
+					s.mu.Unlock()
+				}
+			}
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// register adds a granted lease; it is born lost when its session is
+// already gone or may have expired.
+func (s *session) register(ls *lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ended:
+		ls.markLost("zookeeper: locker closed")
+		return
+	case s.conn.SessionID() != ls.sid:
+		ls.markLost("zookeeper: session expired")
+		return
+	}
+	if dl, ok := s.deadlineLocked(); ok && !time.Now().Before(dl) {
+		s.leases[ls] = struct{}{}
+		s.loseLocked(func(x *lease) bool { return x == ls }, whyMayExpire)
+		return
+	}
+	s.leases[ls] = struct{}{}
+	s.signal() // the deadline timer may have to be armed
+}
+
+func (s *session) unregister(ls *lease) {
+	s.mu.Lock()
+	delete(s.leases, ls)
+	s.mu.Unlock()
+}
+
+func (s *session) loseAll(match func(*lease) bool, why string) {
+	s.mu.Lock()
+	s.loseLocked(match, why)
+	s.mu.Unlock()
+}
+
+const whyMayExpire = "zookeeper: no reply from the server within the session timeout: the session may have expired"
+
+// loseLocked ends the matching leases. A lease ended while its session may
+// still be alive (whyMayExpire) leaves a node behind: the janitor deletes
+// it if the session survives.
+func (s *session) loseLocked(match func(*lease) bool, why string) {
+	for ls := range s.leases {
+		if !match(ls) {
+			continue
+		}
+		delete(s.leases, ls)
+		if ls.markLost(why) && why == whyMayExpire && s.janitor != nil {
+			s.janitor(ls.orphan())
+		}
+	}
+}
+
+func (s *session) closeAll() {
+	s.mu.Lock()
+	s.ended = true
+	for ls := range s.leases {
+		delete(s.leases, ls)
+		ls.markLost("zookeeper: locker closed")
+	}
+	s.mu.Unlock()
+}
+
+// orphan is a node to delete in the background: the node of a lease lost
+// while its session may live on, of an attempt whose clean-up failed, or
+// one whose create reply was lost (path empty: found by guid in parent).
+type orphan struct {
+	path         string
+	parent, guid string
+	sid          int64 // the session that owns it; once it changed, the node is gone
+	basic        bool  // a basic-recipe lock node: delete only with basicVersion
+	basicVersion int32
+	tries        int
+}
+
+func (l *locker) addOrphan(o orphan) {
+	l.jmu.Lock()
+	l.orphans = append(l.orphans, o)
+	l.jmu.Unlock()
+	select {
+	case l.jwake <- struct{}{}:
+	default:
+	}
+}
+
+// janitor deletes orphans until done, retrying every 200ms while the
+// connection is down.
+func (l *locker) janitor() {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.jwake:
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		l.sweep(ctx)
+		cancel()
+	}
+}
+
+// sweep tries each orphan once.
+func (l *locker) sweep(ctx context.Context) {
+	l.jmu.Lock()
+	todo := l.orphans
+	l.orphans = nil
+	l.jmu.Unlock()
+	var keep []orphan
+	for _, o := range todo {
+		if !l.deleteOrphan(ctx, o) && o.tries < 1000 {
+			o.tries++
+			keep = append(keep, o)
+		}
+	}
+	if len(keep) > 0 {
+		l.jmu.Lock()
+		l.orphans = append(l.orphans, keep...)
+		l.jmu.Unlock()
+	}
+}
+
+// deleteOrphan reports whether o is gone.
+func (l *locker) deleteOrphan(ctx context.Context, o orphan) bool {
+	if sid := l.conn.SessionID(); sid != o.sid {
+		return sid != 0 // a new session: the old one's ephemeral nodes are gone
+	}
+	if l.conn.State() != zk.StateHasSession {
+		return false
+	}
+	if o.basic {
+		err := basicDelete(ctx, l.conn, o.path, o.basicVersion)
+		return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion)
+	}
+	if o.path != "" {
+		err := deleteNode(ctx, l.conn, o.path)
+		return err == nil || errors.Is(err, zk.ErrNoNode)
+	}
+	kids, err := children(ctx, l.conn, o.parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, k := range kids {
+		if g, _, ok := parseChild(k); ok && g == o.guid {
+			if err := deleteNode(ctx, l.conn, o.parent+"/"+k); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,373 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+var prefixSeq atomic.Int64
+
+// testPrefix returns a fresh prefix per test, so tests sharing a server do
+// not see each other's locks.
+func testPrefix(t testing.TB) string {
+	return fmt.Sprintf("/dlocktest/%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid(), prefixSeq.Add(1))
+}
+
+// open opens a Locker on url (a zk:// URL without path) under prefix.
+func open(t testing.TB, url, prefix, query string) *dlock.Locker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	u := url + prefix
+	if query != "" {
+		u += "?" + query
+	}
+	l, err := dlock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// adminConn is a separate session for looking at (and meddling with) the
+// server's state.
+func adminConn(t testing.TB, addrs ...string) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect(addrs, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	deadline := time.Now().Add(20 * time.Second)
+	for c.State() != zk.StateHasSession {
+		if time.Now().After(deadline) {
+			t.Fatal("admin connection: no session")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return c
+}
+
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// kids returns the children of the lock name's parent (none when it does
+// not exist).
+func kids(t testing.TB, admin *zk.Conn, prefix, name string) []string {
+	t.Helper()
+	k, _, err := admin.Children(prefix + "/" + escapeName(name))
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// assertNoOrphans checks that no lock node is left anywhere under prefix.
+func assertNoOrphans(t testing.TB, admin *zk.Conn, prefix string) {
+	t.Helper()
+	names, _, err := admin.Children(prefix)
+	if errors.Is(err, zk.ErrNoNode) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range names {
+		for {
+			k, _, err := admin.Children(prefix + "/" + n)
+			if errors.Is(err, zk.ErrNoNode) || (err == nil && len(k) == 0) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("orphan znodes under %s/%s: %v (%v)", prefix, n, k, err)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestAcquireReleaseBothRecipes(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr)
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		t.Run(recipe, func(t *testing.T) {
+			prefix := testPrefix(t)
+			l := open(t, srv.URL, prefix, "recipe="+recipe)
+			ctx := testCtx(t, 30*time.Second)
+			var last uint64
+			for _, name := range trickyNames {
+				ls, err := l.Acquire(ctx, name, nil)
+				if err != nil {
+					t.Fatalf("acquire %q: %v", name, err)
+				}
+				if ls.Token() <= last {
+					t.Errorf("token %d after %d", ls.Token(), last)
+				}
+				last = ls.Token()
+				info, err := l.Inspect(ctx, name)
+				if err != nil || !info.Held || info.Fence != ls.Token() {
+					t.Errorf("inspect %q: %+v %v (token %d)", name, info, err, ls.Token())
+				}
+				if k := kids(t, admin, prefix, name); len(k) != 1 {
+					t.Errorf("%q: children %v, want one", name, k)
+				}
+				if err := ls.Refresh(ctx); err != nil {
+					t.Errorf("refresh %q: %v", name, err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Errorf("release %q: %v", name, err)
+				}
+				if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+					t.Errorf("second release: %v", err)
+				}
+			}
+			caps := l.Capabilities()
+			if !caps.SessionBound || !caps.Fencing || caps.Fair != (recipe == RecipeFair) || caps.ReleaseOnCrash != DefaultSessionTimeout {
+				t.Errorf("capabilities %+v", caps)
+			}
+			assertNoOrphans(t, admin, prefix)
+		})
+	}
+}
+
+func TestTryAcquireAndCancelLeaveNothing(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr)
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		t.Run(recipe, func(t *testing.T) {
+			prefix := testPrefix(t)
+			a := open(t, srv.URL, prefix, "recipe="+recipe)
+			b := open(t, srv.URL, prefix, "recipe="+recipe)
+			ctx := testCtx(t, 30*time.Second)
+			held, err := a.Acquire(ctx, "x", &dlock.AcquireOptions{Owner: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.TryAcquire(ctx, "x", nil); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("try-acquire of a held lock: %v", err)
+			}
+			if k := kids(t, admin, prefix, "x"); len(k) != 1 {
+				t.Errorf("after TryAcquire: children %v, want the holder only", k)
+			}
+			for _, d := range []time.Duration{0, time.Millisecond, 50 * time.Millisecond} {
+				cctx, cancel := context.WithTimeout(ctx, d)
+				_, err := b.Acquire(cctx, "x", nil)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("cancelled acquire: %v", err)
+				}
+				if k := kids(t, admin, prefix, "x"); len(k) != 1 {
+					t.Errorf("after a cancelled Acquire (%v): children %v, want the holder only", d, k)
+				}
+			}
+			info, err := b.Inspect(ctx, "x")
+			if err != nil || !info.Held || info.Owner != "a" {
+				t.Errorf("inspect: %+v %v", info, err)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ls, err := b.TryAcquire(ctx, "x", nil)
+			if err != nil {
+				t.Fatalf("try-acquire of a free lock: %v", err)
+			}
+			_ = ls.Release(ctx)
+			assertNoOrphans(t, admin, prefix)
+		})
+	}
+}
+
+// TestFairOrder: waiters are granted in arrival order, and every token is
+// greater than the last.
+func TestFairOrder(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr)
+	prefix := testPrefix(t)
+	ctx := testCtx(t, 60*time.Second)
+	holder := open(t, srv.URL, prefix, "")
+	first, err := holder.Acquire(ctx, "q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	order := make(chan int, n)
+	tokens := make(chan uint64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := open(t, srv.URL, prefix, "")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls, err := l.Acquire(ctx, "q", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			tokens <- ls.Token()
+			time.Sleep(5 * time.Millisecond)
+			_ = ls.Release(ctx)
+		}()
+		// Wait until its node is queued, so arrival order is known.
+		for len(kids(t, admin, prefix, "q")) != i+2 {
+			if ctx.Err() != nil {
+				t.Fatal("waiter never queued")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	last := first.Token()
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	close(tokens)
+	want := 0
+	for i := range order {
+		if i != want {
+			t.Errorf("granted waiter %d, want %d", i, want)
+		}
+		want++
+	}
+	for tok := range tokens {
+		if tok <= last {
+			t.Errorf("token %d not above %d", tok, last)
+		}
+		last = tok
+	}
+	assertNoOrphans(t, admin, prefix)
+}
+
+// TestMutualExclusion hammers one name from several Lockers (both recipes).
+func TestMutualExclusion(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr)
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		t.Run(recipe, func(t *testing.T) {
+			prefix := testPrefix(t)
+			ctx := testCtx(t, 60*time.Second)
+			var inside atomic.Int32
+			var grants atomic.Int32
+			var mu sync.Mutex
+			var last uint64
+			var wg sync.WaitGroup
+			for range 4 {
+				l := open(t, srv.URL, prefix, "recipe="+recipe)
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 15 {
+							ls, err := l.Acquire(ctx, "m", nil)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if inside.Add(1) != 1 {
+								t.Error("two holders at once")
+							}
+							mu.Lock()
+							if ls.Token() <= last {
+								t.Errorf("token %d not above %d", ls.Token(), last)
+							}
+							last = ls.Token()
+							mu.Unlock()
+							grants.Add(1)
+							inside.Add(-1)
+							if err := ls.Release(ctx); err != nil {
+								t.Error(err)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			if grants.Load() != 4*2*15 {
+				t.Errorf("%d grants", grants.Load())
+			}
+			assertNoOrphans(t, admin, prefix)
+		})
+	}
+}
+
+// TestRevokedHolder: deleting the holder's node (as an administrator would)
+// ends its lease and grants the next waiter.
+func TestRevokedHolder(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr)
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		t.Run(recipe, func(t *testing.T) {
+			prefix := testPrefix(t)
+			ctx := testCtx(t, 30*time.Second)
+			a := open(t, srv.URL, prefix, "recipe="+recipe)
+			b := open(t, srv.URL, prefix, "recipe="+recipe)
+			ls, err := a.Acquire(ctx, "r", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Lease, 1)
+			go func() {
+				l2, err := b.Acquire(ctx, "r", nil)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l2
+			}()
+			time.Sleep(100 * time.Millisecond)
+			for _, k := range kids(t, admin, prefix, "r") {
+				p := prefix + "/" + escapeName("r") + "/" + k
+				if _, st, err := admin.Get(p); err == nil && uint64(st.Czxid) == ls.Token() {
+					if err := admin.Delete(p, -1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			select {
+			case <-ls.Done():
+				if !errors.Is(ls.Err(), dlock.ErrLockLost) {
+					t.Errorf("lease err %v", ls.Err())
+				}
+			case <-ctx.Done():
+				t.Fatal("revoked lease never ended")
+			}
+			l2 := <-got
+			if l2 == nil {
+				t.FailNow()
+			}
+			if l2.Token() <= ls.Token() {
+				t.Errorf("token %d not above %d", l2.Token(), ls.Token())
+			}
+			if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("release of a revoked lease: %v", err)
+			}
+			if err := l2.Release(ctx); err != nil {
+				t.Error(err)
+			}
+			assertNoOrphans(t, admin, prefix)
+		})
+	}
+}
