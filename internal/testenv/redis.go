@@ -29,6 +29,9 @@ type RedisOptions struct {
 
 func redisServerPath() (string, error) {
 	if p := os.Getenv("DLOCK_REDIS_SERVER"); p != "" {
+		if !fileExists(p) {
+			return "", &missingError{what: p + " (DLOCK_REDIS_SERVER)"}
+		}
 		return p, nil
 	}
 	return lookPath("redis-server")

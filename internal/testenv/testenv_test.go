@@ -309,6 +309,16 @@ func TestPostgresKillStart(t *testing.T) {
 	if got := pgQuery(t, ctx, s.DSN, "SHOW fsync"); got != "on" {
 		t.Errorf("Durable: fsync = %s", got)
 	}
+	// A graceful Stop (fast shutdown) and Start keep the data too.
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgQuery(t, ctx, s.DSN, "SELECT v FROM t"); got != "kept" {
+		t.Fatalf("after Stop+Start: %q", got)
+	}
 }
 
 func TestMySQL(t *testing.T) {

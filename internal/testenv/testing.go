@@ -71,6 +71,7 @@ func missing(t testing.TB, err error) {
 	t.Helper()
 	if os.Getenv(EnvRequire) == "1" {
 		t.Fatalf("%v (%s=1: missing backends fail)", err, EnvRequire)
+		return
 	}
 	t.Skipf("%v; or set %s=1 to fail instead of skipping", err, EnvRequire)
 }
