@@ -1,0 +1,218 @@
+// Command dlockbench is dlock's comparative benchmark: it runs the same
+// workloads on every backend and strategy, beside each server's raw round
+// trip, each strategy's hand-written floor and the peer libraries, and
+// writes a table, report.json, report.csv and index.html.
+//
+// Usage:
+//
+//	dlockbench [flags]                 start every server it can (internal/testenv) and run the suite
+//	dlockbench -url URL [-url URL]...  run against servers you name instead
+//
+// Flags:
+//
+//	-quick          a run of under two minutes (shorter measurements)
+//	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop (default all)
+//	-backend LIST   only targets whose name or server starts with one of these (e.g. redis,postgres/advisory,memory)
+//	-procs N        run the clients as N separate processes (this program re-executed) instead of goroutines
+//	-url URL        a dlock URL to measure (repeatable); its server's floor, round trip and peers run too
+//	-out DIR        report directory (default "report")
+//	-scale F        multiply every measurement's duration by F
+//	-no-peers       leave out the peer libraries
+//
+// See bench/README.md for what each column means.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/bench"
+)
+
+func main() {
+	bench.ChildMain()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "dlockbench:", err)
+		os.Exit(1)
+	}
+}
+
+type urlList []string
+
+func (u *urlList) String() string     { return strings.Join(*u, " ") }
+func (u *urlList) Set(v string) error { *u = append(*u, v); return nil }
+
+type config struct {
+	quick    bool
+	kinds    []string
+	backends []string
+	procs    int
+	urls     urlList
+	out      string
+	scale    float64
+	noPeers  bool
+	progress bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("dlockbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &config{}
+	var workloads, backends string
+	fs.BoolVar(&c.quick, "quick", false, "a run of under two minutes")
+	fs.StringVar(&workloads, "workload", "all", "comma-separated workloads: "+strings.Join(bench.Kinds, ","))
+	fs.StringVar(&backends, "backend", "", "only targets whose name or server starts with one of these (comma-separated)")
+	fs.IntVar(&c.procs, "procs", 1, "run the clients as N processes (re-executing this program)")
+	fs.Var(&c.urls, "url", "a dlock URL to measure (repeatable); replaces the servers dlockbench starts")
+	fs.StringVar(&c.out, "out", "report", "report directory")
+	fs.Float64Var(&c.scale, "scale", 1, "multiply every measurement's duration")
+	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if c.kinds, err = bench.ParseKinds(workloads); err != nil {
+		return nil, err
+	}
+	for _, b := range strings.Split(backends, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.backends = append(c.backends, b)
+		}
+	}
+	if c.procs < 1 || c.scale <= 0 {
+		return nil, fmt.Errorf("-procs must be at least 1 and -scale positive")
+	}
+	return c, nil
+}
+
+// wanted reports whether -backend selects a target (by its name, its
+// server, or its family).
+func (c *config) wanted(t bench.Target) bool {
+	if len(c.backends) == 0 {
+		return true
+	}
+	for _, b := range c.backends {
+		if strings.HasPrefix(t.Name, b) || t.Server == b || t.Backend == b ||
+			strings.HasPrefix(t.Name, "floor "+b) || strings.HasPrefix(t.Name, "rtt "+b) {
+			return true
+		}
+	}
+	return false
+}
+
+// wantServer reports whether any target of a family could be selected.
+func (c *config) wantServer(family string) bool {
+	if len(c.backends) == 0 {
+		return true
+	}
+	for _, b := range c.backends {
+		if strings.HasPrefix(b, family) || (family == "redis" && (b == "redsync" || b == "redislock")) ||
+			(family == "zookeeper" && b == "zk.Lock") {
+			return true
+		}
+	}
+	return false
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.progress = isTerminal(stderr)
+	started := time.Now()
+	rep := &bench.Report{
+		Started:    started,
+		Command:    "dlockbench " + strings.Join(redactArgs(args), " "),
+		GoVersion:  runtime.Version(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		NumCPU:     runtime.NumCPU(),
+		Quick:      cfg.quick,
+		Procs:      cfg.procs,
+		Peers:      bench.PeerNotes,
+	}
+	rep.Host, _ = os.Hostname()
+
+	env, err := setup(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	rep.Servers = env.servers
+	rep.Skipped = env.skipped
+
+	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
+	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr}
+	rows, err := measure(ctx, cfg, env, plan, runner, stderr)
+	if err != nil {
+		return err
+	}
+	bench.Finalize(rows, env.targets)
+	rep.Rows = rows
+	rep.Duration = time.Since(started).Round(time.Second)
+	rep.DurationS = rep.Duration.String()
+
+	printHeader(stdout, rep)
+	rep.WriteTable(stdout)
+	if err := rep.WriteFiles(cfg.out); err != nil {
+		return err
+	}
+	var viol uint64
+	for _, r := range rows {
+		viol += r.Violations + r.FencingViolations
+	}
+	fmt.Fprintf(stdout, "\nmutual-exclusion violations: %d\nreport: %s/index.html, report.json, report.csv (took %v)\n",
+		viol, cfg.out, rep.Duration)
+	if viol > 0 {
+		return fmt.Errorf("%d mutual-exclusion or fencing violations", viol)
+	}
+	return nil
+}
+
+func printHeader(w io.Writer, rep *bench.Report) {
+	fmt.Fprintf(w, "dlockbench  %s  %s GOMAXPROCS=%d", rep.Started.Format(time.RFC3339), rep.GoVersion, rep.GOMAXPROCS)
+	if rep.Procs > 1 {
+		fmt.Fprintf(w, "  clients in %d processes", rep.Procs)
+	}
+	fmt.Fprintln(w)
+	for _, s := range rep.Servers {
+		var kv []string
+		for _, k := range sortedKeys(s.Settings) {
+			kv = append(kv, k+"="+s.Settings[k])
+		}
+		fmt.Fprintf(w, "server %-16s %-22s %s\n", s.ID, s.Addr, strings.Join(kv, " "))
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(w, "skipped: %s\n", s)
+	}
+	fmt.Fprintln(w, "times are p50/p99 etc. of acquire (or release); ×floor, ×rtt, ×peer: this row's p50 lock use (acquire+release) over the floor's, the raw round trip's, the best peer's; rate×peer: grants/s over the best peer's; viol: exclusion/fencing violations")
+}
+
+// redactArgs hides passwords in -url values for the report.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if i > 0 && (args[i-1] == "-url" || args[i-1] == "--url") {
+			out[i] = bench.Target{URL: a}.RedactedURL()
+		} else if v, ok := strings.CutPrefix(a, "-url="); ok {
+			out[i] = "-url=" + bench.Target{URL: v}.RedactedURL()
+		}
+	}
+	return out
+}

@@ -1,0 +1,33 @@
+module github.com/dlock-go/dlock/bench
+
+go 1.26.8
+
+// The benchmark is its own module so that the library's go.mod never
+// requires the peer libraries, HdrHistogram or go-echarts.
+replace github.com/dlock-go/dlock => ../
+
+require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/bsm/redislock v0.9.4 // peer
+	github.com/dlock-go/dlock v0.0.0
+	github.com/go-echarts/go-echarts/v2 v2.6.7
+	// peer. Pinned: v4.16+ require rueidiscompat versions (v1.0.71+) that the module proxy
+	// refuses (403), so `go mod tidy` fails with them; v4.15.0 tidies cleanly.
+	github.com/go-redsync/redsync/v4 v4.15.0
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/go-zookeeper/zk v1.0.4 // peer (zk.Lock) and the ZooKeeper floor
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/go-redis/v9 v9.23.0
+	golang.org/x/sys v0.48.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/hashicorp/errwrap v1.1.0 // indirect
+	github.com/hashicorp/go-multierror v1.1.1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)

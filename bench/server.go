@@ -1,0 +1,344 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Server is one server the targets run on: started by dlockbench through
+// testenv, or named by the user with -url.
+type Server struct {
+	// ID names the server in reports: "redis", "zookeeper", "postgres", "mysql".
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	// URL is the server's URL (it may hold a password; never reported).
+	URL string `json:"-"`
+	// Addr is host:port.
+	Addr string `json:"addr"`
+	// PID is the server's process (0 when it was not started here): its
+	// CPU time is read from /proc/<pid>/stat and its children's.
+	PID int `json:"pid,omitempty"`
+	// Origin says who started it: "testenv" or "user".
+	Origin string `json:"origin"`
+	// Startup is how long starting it took.
+	Startup time.Duration `json:"startup_ns,omitempty"`
+	// Settings are the server settings that change results.
+	Settings map[string]string `json:"settings"`
+
+	rdb *goredis.Client
+}
+
+// ServerSample is a reading of a server's counters.
+type ServerSample struct {
+	Commands    uint64
+	HasCommands bool
+	CPU         time.Duration
+	HasCPU      bool
+}
+
+// ServerDelta is the server's work between two samples.
+type ServerDelta = ServerSample
+
+// Sub returns s − o, with only the counters both have.
+func (s ServerSample) Sub(o ServerSample) ServerDelta {
+	var d ServerDelta
+	if s.HasCommands && o.HasCommands && s.Commands >= o.Commands {
+		d.Commands, d.HasCommands = s.Commands-o.Commands, true
+	}
+	if s.HasCPU && o.HasCPU && s.CPU >= o.CPU {
+		d.CPU, d.HasCPU = s.CPU-o.CPU, true
+	}
+	return d
+}
+
+// Sample reads the server's command count (Redis: INFO commandstats, the
+// INFO calls themselves excluded) and its CPU time (when PID is known).
+func (s *Server) Sample(ctx context.Context) ServerSample {
+	var out ServerSample
+	if s.Backend == "redis" {
+		if n, err := s.redisCommands(ctx); err == nil {
+			out.Commands, out.HasCommands = n, true
+		}
+	}
+	if s.PID > 0 {
+		if cpu, err := ProcessTreeCPU(s.PID); err == nil {
+			out.CPU, out.HasCPU = cpu, true
+		}
+	}
+	return out
+}
+
+func (s *Server) redis() (*goredis.Client, error) {
+	if s.rdb == nil {
+		opt, err := goredis.ParseURL(s.URL)
+		if err != nil {
+			return nil, err
+		}
+		opt.PoolSize = 1
+		s.rdb = goredis.NewClient(opt)
+	}
+	return s.rdb, nil
+}
+
+func (s *Server) redisCommands(ctx context.Context) (uint64, error) {
+	c, err := s.redis()
+	if err != nil {
+		return 0, err
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	return sumCommandStats(info), nil
+}
+
+// sumCommandStats adds the calls of every command in an INFO commandstats
+// reply except INFO itself.
+func sumCommandStats(info string) uint64 {
+	var n uint64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c, _ := strconv.ParseUint(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// Close closes the server's metrics connection (not the server).
+func (s *Server) Close() {
+	if s.rdb != nil {
+		s.rdb.Close()
+		s.rdb = nil
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times on Linux.
+const clockTicks = 100
+
+// ProcessTreeCPU returns the CPU time (user + system) of process pid, its
+// reaped children, and its live descendants (PostgreSQL runs a process per
+// connection).
+func ProcessTreeCPU(pid int) (time.Duration, error) {
+	type proc struct {
+		ppid  int
+		ticks uint64 // utime + stime
+		child uint64 // cutime + cstime
+	}
+	read := func(p int) (proc, error) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			return proc{}, err
+		}
+		// The command name is in parentheses and may hold spaces.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			return proc{}, fmt.Errorf("bench: bad /proc/%d/stat", p)
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 15 {
+			return proc{}, fmt.Errorf("bench: short /proc/%d/stat", p)
+		}
+		num := func(k int) uint64 { v, _ := strconv.ParseUint(f[k], 10, 64); return v }
+		ppid, _ := strconv.Atoi(f[1])
+		// Fields after the name, from 0: state ppid ... utime(11) stime(12) cutime(13) cstime(14).
+		return proc{ppid: ppid, ticks: num(11) + num(12), child: num(13) + num(14)}, nil
+	}
+	root, err := read(pid)
+	if err != nil {
+		return 0, err
+	}
+	total := root.ticks + root.child
+	entries, _ := os.ReadDir("/proc")
+	procs := map[int]proc{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == pid {
+			continue
+		}
+		if pr, err := read(p); err == nil {
+			procs[p] = pr
+		}
+	}
+	isDesc := func(p int) bool {
+		for range 64 {
+			pr, ok := procs[p]
+			if !ok {
+				return false
+			}
+			if pr.ppid == pid {
+				return true
+			}
+			p = pr.ppid
+		}
+		return false
+	}
+	for p, pr := range procs {
+		if isDesc(p) {
+			total += pr.ticks
+		}
+	}
+	return time.Duration(total) * time.Second / clockTicks, nil
+}
+
+// ReadSettings records the server settings that change results: Redis
+// persistence, ZooKeeper forceSync, PostgreSQL synchronous_commit and
+// fsync, MySQL innodb_flush_log_at_trx_commit and sync_binlog.
+func (s *Server) ReadSettings(ctx context.Context) {
+	if s.Settings == nil {
+		s.Settings = map[string]string{}
+	}
+	set := func(k, v string) { s.Settings[k] = v }
+	fail := func(err error) { set("error", err.Error()) }
+	switch s.Backend {
+	case "redis":
+		c, err := s.redis()
+		if err != nil {
+			fail(err)
+			return
+		}
+		for _, k := range []string{"save", "appendonly", "appendfsync"} {
+			if v, err := c.ConfigGet(ctx, k).Result(); err == nil {
+				set(k, v[k])
+			}
+		}
+		if info, err := c.Info(ctx, "server").Result(); err == nil {
+			set("version", infoField(info, "redis_version"))
+		}
+	case "zookeeper":
+		s.zkSettings(set)
+	case "postgres":
+		t := Target{Name: s.ID, URL: s.URL}
+		c, err := pgConnect(ctx, t)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer c.Close(ctx)
+		for _, k := range []string{"synchronous_commit", "fsync", "server_version", "shared_buffers", "max_connections"} {
+			var v string
+			if err := c.QueryRow(ctx, "SHOW "+k).Scan(&v); err == nil {
+				set(k, v)
+			}
+		}
+	case "mysql":
+		db, c, err := mysqlConn(ctx, Target{Name: s.ID, URL: s.URL})
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer db.Close()
+		defer c.Close()
+		for _, k := range []string{"version", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin", "max_connections"} {
+			var v string
+			if err := c.QueryRowContext(ctx, "SELECT @@"+k).Scan(&v); err == nil {
+				set(k, v)
+			}
+		}
+	}
+}
+
+func infoField(info, key string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// zkSettings reads forceSync from the server's command line
+// (-Dzookeeper.forceSync) or its configuration file (forceSync=), when
+// the server runs here; ZooKeeper's default is yes (fsync every write).
+func (s *Server) zkSettings(set func(k, v string)) {
+	if s.PID <= 0 {
+		set("forceSync", "unknown (server not started by dlockbench)")
+		return
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID))
+	if err != nil {
+		set("forceSync", "unknown")
+		return
+	}
+	force := "yes (ZooKeeper's default)"
+	for _, arg := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(arg, "-Dzookeeper.forceSync="); ok {
+			force = v
+		}
+		if strings.HasSuffix(arg, ".cfg") {
+			if cfg, err := os.ReadFile(arg); err == nil {
+				for _, line := range strings.Split(string(cfg), "\n") {
+					if v, ok := strings.CutPrefix(strings.TrimSpace(line), "forceSync="); ok {
+						force = v
+					}
+				}
+			}
+		}
+	}
+	set("forceSync", force)
+	if jar := javaVersion(b); jar != "" {
+		set("zookeeper_jar", jar)
+	}
+}
+
+// javaVersion finds the zookeeper jar's file name on a java command line.
+func javaVersion(cmdline []byte) string {
+	for _, arg := range strings.Split(string(cmdline), "\x00") {
+		for _, part := range strings.Split(arg, ":") {
+			if b := filepath.Base(part); strings.HasPrefix(b, "zookeeper") && strings.HasSuffix(b, ".jar") {
+				return b
+			}
+		}
+	}
+	return ""
+}
+
+// Ping makes one round trip to check that the server answers.
+func (s *Server) Ping(ctx context.Context) error {
+	t := Target{Name: s.ID, URL: s.URL}
+	var c Client
+	var err error
+	switch s.Backend {
+	case "redis":
+		c, err = openRedisRTT(ctx, t)
+	case "zookeeper":
+		c, err = openZKRTT(ctx, t)
+	case "postgres":
+		c, err = openPGRTT(ctx, t)
+	case "mysql":
+		c, err = openMySQLRTT(ctx, t)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Acquire(ctx, "ping")
+	return err
+}
+
+// hostOf returns a URL's host:port list.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}

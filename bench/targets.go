@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Strategies lists, per server family, the dlock URLs' strategy
+// parameter and the target name suffix of each strategy, and the floor
+// that strategy is compared with.
+type strategy struct {
+	suffix string // "" for the default strategy
+	param  string // query to add to the server URL
+	floor  string // Impl of the floor
+}
+
+var strategies = map[string][]strategy{
+	"redis":     {{"", "", "redis-floor"}},
+	"zookeeper": {{"", "", "zk-floor"}, {"/basic", "recipe=basic", "zk-floor"}},
+	"postgres": {
+		{"/forupdate", "strategy=forupdate", "pg-forupdate-floor"},
+		{"/version", "strategy=version", "pg-version-floor"},
+		{"/advisory", "strategy=advisory", "pg-advisory-floor"},
+	},
+	"mysql": {
+		{"/forupdate", "strategy=forupdate", "mysql-forupdate-floor"},
+		{"/version", "strategy=version", "mysql-version-floor"},
+		{"/getlock", "strategy=getlock", "mysql-getlock-floor"},
+	},
+}
+
+var rttImpl = map[string]string{"redis": "redis-rtt", "zookeeper": "zk-rtt", "postgres": "pg-rtt", "mysql": "mysql-rtt"}
+
+var peerImpls = map[string][]string{"redis": {"redsync", "redislock"}, "zookeeper": {"zk.Lock"}}
+
+// floorNames names each floor implementation in the tables.
+var floorNames = map[string]string{
+	"redis-floor":           "SET NX PX + EVALSHA compare-and-delete",
+	"zk-floor":              "create ephemeral + delete",
+	"pg-forupdate-floor":    "BEGIN; SELECT … FOR UPDATE (one round trip) / COMMIT",
+	"pg-version-floor":      "conditional UPDATE of a lease row / UPDATE to free",
+	"pg-advisory-floor":     "pg_advisory_lock / pg_advisory_unlock",
+	"mysql-forupdate-floor": "BEGIN; SELECT … FOR UPDATE (one round trip) / COMMIT",
+	"mysql-version-floor":   "conditional UPDATE of a lease row / UPDATE to free",
+	"mysql-getlock-floor":   "GET_LOCK / RELEASE_LOCK",
+}
+
+// FamilyOf returns the server family of a dlock URL scheme.
+func FamilyOf(rawURL string) string {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	switch strings.ToLower(scheme) {
+	case "redis", "rediss", "redlock", "redis+cluster":
+		return "redis"
+	case "zk":
+		return "zookeeper"
+	case "postgres", "postgresql":
+		return "postgres"
+	case "mysql":
+		return "mysql"
+	case "mem":
+		return "memory"
+	}
+	return scheme
+}
+
+// ServerURL strips a dlock URL down to what the hand-written clients need
+// (the driver's own query parameters removed, except PostgreSQL's
+// connection settings).
+func ServerURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	keep := url.Values{}
+	if FamilyOf(rawURL) == "postgres" {
+		for _, k := range []string{"sslmode", "connect_timeout", "application_name"} {
+			if v, ok := q[k]; ok {
+				keep[k] = v
+			}
+		}
+	}
+	u.RawQuery = keep.Encode()
+	if FamilyOf(rawURL) == "zookeeper" {
+		u.Path = ""
+	}
+	return u.String()
+}
+
+// withQuery adds a query parameter to a URL.
+func withQuery(raw, param string) string {
+	if param == "" {
+		return raw
+	}
+	if strings.Contains(raw, "?") {
+		return raw + "&" + param
+	}
+	return raw + "?" + param
+}
+
+// TargetsFor returns the targets of a server dlockbench started: every
+// dlock strategy whose driver is registered, the floors, the raw round
+// trip and the peers. Targets whose driver is missing are returned in
+// skipped with the reason.
+func TargetsFor(s *Server) (targets []Target, skipped map[string]string) {
+	skipped = map[string]string{}
+	fam := s.Backend
+	rtt := Target{Name: "rtt " + s.ID, Kind: KindRTT, Impl: rttImpl[fam], URL: ServerURL(s.URL), Backend: fam, Server: s.ID}
+	var floors []Target
+	for _, st := range strategies[fam] {
+		t := Target{Name: s.ID + st.suffix, Kind: KindDlock, URL: withQuery(s.URL, st.param), Backend: fam, Server: s.ID, RTT: rtt.Name}
+		if _, ok := openers[st.floor]; ok {
+			fname := "floor " + s.ID + st.suffix
+			if !slices.ContainsFunc(floors, func(f Target) bool { return f.Impl == st.floor }) {
+				floors = append(floors, Target{Name: fname, Kind: KindFloor, Impl: st.floor, URL: rtt.URL, Backend: fam,
+					Server: s.ID, RTT: rtt.Name, Note: floorNames[st.floor]})
+			}
+			for _, f := range floors {
+				if f.Impl == st.floor {
+					t.Floor = f.Name
+				}
+			}
+		}
+		if !registered(t.URL) {
+			skipped[t.Name] = fmt.Sprintf("driver for %s:// not built into this binary yet", scheme(t.URL))
+			continue
+		}
+		targets = append(targets, t)
+	}
+	for _, impl := range peerImpls[fam] {
+		floor := ""
+		if len(floors) > 0 {
+			floor = floors[0].Name
+		}
+		targets = append(targets, Target{Name: impl, Kind: KindPeer, Impl: impl, URL: rtt.URL, Backend: fam,
+			Server: s.ID, RTT: rtt.Name, Floor: floor, Note: PeerNotes[impl]})
+	}
+	targets = append(targets, floors...)
+	if rtt.Impl != "" {
+		targets = append(targets, rtt)
+	}
+	return targets, skipped
+}
+
+// TargetsForURL returns the targets for a URL the user named with -url:
+// that URL as a dlock target, plus its server's floors, round trip and
+// peers (as TargetsFor).
+func TargetsForURL(s *Server, rawURL string) []Target {
+	fam := FamilyOf(rawURL)
+	if fam == "memory" {
+		t := MemoryTarget()
+		t.URL = rawURL
+		return []Target{t}
+	}
+	all, _ := TargetsFor(s)
+	variant := ""
+	if u, err := url.Parse(rawURL); err == nil {
+		variant = u.Query().Get("strategy") + u.Query().Get("recipe")
+	}
+	t := Target{Name: s.ID, Kind: KindDlock, URL: rawURL, Backend: fam, Server: s.ID, RTT: "rtt " + s.ID}
+	if variant != "" {
+		t.Name += "/" + variant
+	}
+	if sch := scheme(rawURL); sch == "redlock" || sch == "redis+cluster" || sch == "rediss" {
+		t.Name = sch
+	}
+	for _, st := range strategies[fam] {
+		if st.suffix == "/"+variant || (variant == "" && st.suffix == "") {
+			for _, f := range all {
+				if f.Impl == st.floor {
+					t.Floor = f.Name
+				}
+			}
+		}
+	}
+	out := []Target{t}
+	for _, o := range all {
+		if o.Kind != KindDlock {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func scheme(raw string) string {
+	s, _, _ := strings.Cut(raw, "://")
+	return strings.ToLower(s)
+}
+
+func registered(raw string) bool { return slices.Contains(dlock.Schemes(), scheme(raw)) }
+
+// MemoryTarget is the in-process reference backend.
+func MemoryTarget() Target {
+	return Target{Name: "memory", Kind: KindDlock, URL: "mem://dlockbench", Backend: "memory", InProcessOnly: true,
+		Note: "in-process reference driver: the cost of the portable layer alone"}
+}

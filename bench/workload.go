@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Workload kinds.
+const (
+	Uncontended = "uncontended" // one client, acquire + release in a loop on one name
+	ManyKeys    = "manykeys"    // many clients, 10 000 names chosen uniformly, closed loop
+	Handoff     = "handoff"     // one hot name, W waiters, hold, then work between holds
+	Fairness    = "fairness"    // one hot name, 16 clients re-acquiring at once after each release
+	OpenLoop    = "openloop"    // Poisson arrivals at a fraction of the measured capacity
+)
+
+// Kinds lists the workload kinds in the order they run.
+var Kinds = []string{Uncontended, ManyKeys, Handoff, Fairness, OpenLoop}
+
+// Workload is one measured configuration. It is plain data (it crosses
+// the process boundary with -procs).
+type Workload struct {
+	Kind string `json:"kind"`
+	// Clients is the number of lock users (goroutines, or spread over
+	// processes with -procs), each with its own connection or session.
+	Clients int `json:"clients"`
+	// Names is the number of lock names, chosen uniformly at random.
+	Names int `json:"names"`
+	// Hold is how long each grant is held before release.
+	Hold time.Duration `json:"hold"`
+	// Work is how long a client pauses after a release before it asks again.
+	Work time.Duration `json:"work"`
+	// Load is the open loop's arrival rate as a fraction of the target's
+	// measured capacity; Rate is that rate in arrivals per second (all
+	// clients together), filled in by the runner.
+	Load float64 `json:"load,omitempty"`
+	Rate float64 `json:"rate,omitempty"`
+	// Duration is the measured time (after every client has connected and
+	// made one warm-up acquire).
+	Duration time.Duration `json:"duration"`
+}
+
+// Label names the configuration in tables: "handoff w=8 hold=1ms".
+func (w Workload) Label() string {
+	switch w.Kind {
+	case Uncontended:
+		return Uncontended
+	case ManyKeys:
+		return fmt.Sprintf("manykeys c=%d", w.Clients)
+	case Handoff:
+		return fmt.Sprintf("handoff w=%d hold=%v", w.Clients, w.Hold)
+	case Fairness:
+		return fmt.Sprintf("fairness c=%d", w.Clients)
+	case OpenLoop:
+		return fmt.Sprintf("openloop %d%%", int(w.Load*100+0.5))
+	}
+	return w.Kind
+}
+
+// Params is the workload's parameters as the report prints them.
+func (w Workload) Params() map[string]any {
+	p := map[string]any{
+		"clients":     w.Clients,
+		"names":       w.Names,
+		"hold":        w.Hold.String(),
+		"work":        w.Work.String(),
+		"duration":    w.Duration.String(),
+		"gomaxprocs":  runtime.GOMAXPROCS(0),
+		"lease_ttl":   LeaseTTL.String(),
+		"name_choice": "uniform",
+	}
+	if w.Kind == OpenLoop {
+		p["load"] = w.Load
+		p["rate_per_sec"] = w.Rate
+		p["arrivals"] = "Poisson, split evenly over the clients; latency from the intended start"
+	}
+	return p
+}
+
+// PlanOptions chooses the workloads of a run.
+type PlanOptions struct {
+	// Kinds selects workload kinds (nil: all).
+	Kinds []string
+	// Quick shortens every measurement for a run of under two minutes.
+	Quick bool
+	// Scale multiplies every duration (0 means 1).
+	Scale float64
+}
+
+// Plan returns the workloads to run, in order. The open-loop rates are
+// filled in per target by the runner from the target's many-keys capacity.
+func Plan(o PlanOptions) []Workload {
+	p := runtime.GOMAXPROCS(0)
+	d := func(normal, quick time.Duration) time.Duration {
+		v := normal
+		if o.Quick {
+			v = quick
+		}
+		if o.Scale > 0 {
+			v = time.Duration(float64(v) * o.Scale)
+		}
+		return v
+	}
+	want := func(k string) bool { return len(o.Kinds) == 0 || slices.Contains(o.Kinds, k) }
+	var ws []Workload
+	if want(Uncontended) {
+		ws = append(ws, Workload{Kind: Uncontended, Clients: 1, Names: 1, Duration: d(1500*time.Millisecond, 400*time.Millisecond)})
+	}
+	if want(ManyKeys) {
+		for _, m := range []int{4, 16} {
+			ws = append(ws, Workload{Kind: ManyKeys, Clients: m * p, Names: 10000, Duration: d(time.Second, 300*time.Millisecond)})
+		}
+	}
+	if want(Handoff) {
+		waiters := []int{2, 8, 32}
+		holds := []time.Duration{0, time.Millisecond}
+		for _, h := range holds {
+			for _, wn := range waiters {
+				ws = append(ws, Workload{Kind: Handoff, Clients: wn, Names: 1, Hold: h, Work: 2 * time.Millisecond,
+					Duration: d(time.Second, 300*time.Millisecond)})
+			}
+		}
+	}
+	if want(Fairness) {
+		ws = append(ws, Workload{Kind: Fairness, Clients: 16, Names: 1, Hold: time.Millisecond, Duration: d(2*time.Second, 500*time.Millisecond)})
+	}
+	if want(OpenLoop) {
+		for _, l := range []float64{0.25, 0.5, 0.75} {
+			ws = append(ws, Workload{Kind: OpenLoop, Clients: 4 * p, Names: 10000, Load: l, Duration: d(time.Second, 300*time.Millisecond)})
+		}
+	}
+	return ws
+}
+
+// ParseKinds parses a comma-separated list of workload kinds.
+func ParseKinds(s string) ([]string, error) {
+	if s == "" || s == "all" {
+		return nil, nil
+	}
+	var out []string
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		if !slices.Contains(Kinds, k) {
+			return nil, fmt.Errorf("bench: unknown workload %q (want %s)", k, strings.Join(Kinds, ", "))
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
