@@ -146,6 +146,7 @@ func (l *locker) basicRecover(ctx context.Context, parent, path, guid string, si
 				if !bytes.HasPrefix(d, []byte(guid+"\n")) || st.EphemeralOwner != sid || l.conn.SessionID() != sid {
 					return nil, nil
 				}
+				l.recovered.Add(1)
 				ls := l.newLease(path, sid, st.Czxid, true, pst.Version)
 				ls.start(nil)
 				return ls, nil

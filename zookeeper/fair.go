@@ -184,6 +184,7 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 							return v, nil
 						}
 					}
+					l.relistings.Add(1)
 				case <-ctx.Done():
 					return view{}, ctx.Err()
 				}
@@ -229,6 +230,7 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 				for _, k := range r.kids {
 					if g, _, ok := parseChild(k); ok && g == a.guid {
 						a.setNode(a.parent+"/"+k, a.sid)
+						l.recovered.Add(1)
 						break
 					}
 				}
@@ -259,6 +261,7 @@ func (a *attempt) view(r childList) (view, bool) {
 			// A second node of this attempt (a create applied after its
 			// reply was lost and the create was sent again): ours to delete.
 			a.l.addOrphan(orphan{path: a.parent + "/" + q.name, sid: a.sid})
+			a.l.strays.Add(1)
 			continue
 		}
 		v.below = append(v.below, q)

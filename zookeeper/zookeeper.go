@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -270,6 +271,11 @@ type locker struct {
 	done chan struct{} // closed by Close
 	once sync.Once
 	wg   sync.WaitGroup
+
+	// Counters for tests and benchmarks.
+	recovered  atomic.Int64 // creates whose reply was lost, found again by GUID
+	strays     atomic.Int64 // second nodes of one attempt, deleted
+	relistings atomic.Int64 // pipelined listings that missed our node
 
 	jmu     sync.Mutex
 	orphans []orphan      // nodes to delete in the background
