@@ -136,12 +136,18 @@ func writeRedisConf(s *Server, port int, opts *RedisOptions) error {
 		if v != "PONG" {
 			return fmt.Errorf("testenv: redis: PING answered %v", v)
 		}
+		// The answer must come from our process, not from another server
+		// that took the port first (this one then fails to bind).
+		v, err = RedisDo(ctx, s.Addr, "INFO", "server")
+		if err != nil {
+			return err
+		}
+		info, _ := v.(string)
+		if pid := s.Pid(); pid != 0 && infoField(info, "process_id") != strconv.Itoa(pid) {
+			return fmt.Errorf("testenv: redis %s: answered by process %s, not ours (%d)", s.Addr, infoField(info, "process_id"), pid)
+		}
 		if s.Version == "" {
-			if info, err := RedisDo(ctx, s.Addr, "INFO", "server"); err == nil {
-				if str, ok := info.(string); ok {
-					s.Version = infoField(str, "redis_version")
-				}
-			}
+			s.Version = infoField(info, "redis_version")
 		}
 		return nil
 	}

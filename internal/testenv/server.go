@@ -458,7 +458,11 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) error {
 // freePorts returns n distinct loopback ports that were free a moment ago.
 // Another process may take one before the server binds it: starters retry
 // with new ports when a server fails to bind.
-func freePorts(n int) ([]int, error) {
+//
+// A variable so that a test can hand out a taken port.
+var freePorts = freeLoopbackPorts
+
+func freeLoopbackPorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {

@@ -292,6 +292,15 @@ func newZKServer(inst *zkInstall, nd zkNode, all []zkNode, forceSync string) (*S
 		if err := zkReady(ctx, s.Addr, standalone); err != nil {
 			return err
 		}
+		// The answer must come from our server, not from another one that
+		// took the port first (this one then fails to bind).
+		conf, err := ZKCommand(ctx, s.Addr, "conf")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(conf, data) {
+			return fmt.Errorf("testenv: zookeeper %s: answered by another server", s.Addr)
+		}
 		if s.Version == "" {
 			if out, err := ZKCommand(ctx, s.Addr, "srvr"); err == nil {
 				v := infoField(out, "Zookeeper version")
