@@ -201,6 +201,10 @@ func failover(ctx context.Context, x *Injection, primary *testenv.Server, cl *cl
 	if err != nil {
 		return nil, err
 	}
+	// Full sync at once, not after the default 5s diskless-sync delay.
+	if _, err := testenv.RedisDo(ctx, primary.Addr, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return nil, err
+	}
 	rep, err := testenv.StartRedis(ctx, &testenv.RedisOptions{Persistence: true, Config: []string{"replicaof " + host + " " + port}})
 	if err != nil {
 		return nil, err

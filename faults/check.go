@@ -51,10 +51,11 @@ type Result struct {
 	// RecoveryAsserted: the bound applies to this fault on this backend.
 	RecoveryAsserted bool `json:"recovery_asserted"`
 
-	// Lost counts leases that ended without their holder releasing them
-	// and were followed by another grant; Signalled those whose loss was
-	// known to their holder (Done closed or its local deadline passed)
-	// before that grant.
+	// Lost counts leases that the server dropped before their holder
+	// released them (Done closed with ErrLockLost, or the release found
+	// the lock no longer held) and that were followed by another grant;
+	// Signalled those whose holder knew of the loss (Done closed or its
+	// local deadline passed), or had already let go, before that grant.
 	Lost      int `json:"lost"`
 	Signalled int `json:"signalled"`
 	// SignalExpected: the backend promises it for this fault (else
@@ -133,9 +134,9 @@ func analyse(h *History, cfg Config) *Result {
 		switch {
 		case l.doneKind == kindLost:
 			l.Lost = true
-			l.Signalled = l.doneAt
-			if l.deadline >= 0 && l.deadline < l.Signalled {
-				l.Signalled = l.deadline
+			l.Signalled = l.DoneAt
+			if l.Deadline >= 0 && l.Deadline < l.Signalled {
+				l.Signalled = l.Deadline
 			}
 		case l.relKind == kindNotHeld:
 			l.Lost = true // found out only when releasing
@@ -143,9 +144,12 @@ func analyse(h *History, cfg Config) *Result {
 		if !l.Lost || i+1 == len(leases) {
 			continue
 		}
+		// The holder is safe when it knew of the loss, or had already let
+		// go (called release), before the next grant: end(l) is the
+		// earlier of the two.
 		next := leases[i+1]
 		res.Lost++
-		if l.Signalled >= 0 && l.Signalled <= next.Granted {
+		if l.End >= 0 && l.End <= next.Granted {
 			res.Signalled++
 		}
 	}

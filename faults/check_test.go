@@ -9,7 +9,7 @@ import (
 
 func lease(client int, granted, end int64, how string) *LeaseRec {
 	return &LeaseRec{Client: client, Seq: 1, Token: uint64(granted), Granted: granted, End: end, EndHow: how,
-		Signalled: -1, doneAt: -1, deadline: -1, relCall: -1}
+		Signalled: -1, DoneAt: -1, Deadline: -1, relCall: -1}
 }
 
 // TestAnalyse checks the raw-mutex, loss-signal and recovery measures on a
@@ -18,7 +18,7 @@ func TestAnalyse(t *testing.T) {
 	ms := int64(time.Millisecond)
 	a := lease(1, 0, 100*ms, "released")
 	b := lease(2, 150*ms, 380*ms, "lost") // lost, deadline passed before c's grant
-	b.doneKind, b.doneAt, b.deadline = kindLost, 400*ms, 380*ms
+	b.doneKind, b.DoneAt, b.Deadline = kindLost, 400*ms, 380*ms
 	c := lease(3, 390*ms, 450*ms, "released")
 	d := lease(4, 500*ms, 600*ms, "released") // lost, found out only at release
 	d.relKind = kindNotHeld

@@ -46,8 +46,10 @@ type LeaseRec struct {
 	// paused process that could not run its timer). -1 when never.
 	Signalled int64  `json:"signalled"`
 	DoneErr   string `json:"done_err,omitempty"`
-	doneAt    int64  // -1 until reported
-	deadline  int64  // -1 when none
+	// DoneAt is the upper bound of when Done closed (-1: never reported);
+	// Deadline that of the lease's last local deadline (-1: none).
+	DoneAt   int64 `json:"done_at"`
+	Deadline int64 `json:"deadline"`
 	doneKind  string // kind of Done's Err
 	relKind   string // kind of the release error
 	relCall   int64  // -1 until release called

@@ -263,7 +263,10 @@ func (r *run) spawn() error {
 		defer r.wg.Done()
 		r.serve(c, evR)
 		evR.Close()
-		_ = cmd.Wait()
+		if err := cmd.Wait(); err != nil && cmd.ProcessState != nil && cmd.ProcessState.Exited() {
+			r.logf("%s/%s: client %d exited: %v: %s", r.cfg.Target.Backend, r.faultName(), id,
+				err, cmd.Stderr.(*tailWriter).String())
+		}
 		close(c.exit)
 		r.exited(c)
 		px.Close()
@@ -357,7 +360,7 @@ func (r *run) ret(c *client, m msg, now int64) {
 		l := &LeaseRec{
 			Client: c.id, Seq: m.Lease, Token: m.Token, Granted: now,
 			callHi: now - m.AtNS, End: -1, EndHow: "open",
-			Signalled: -1, doneAt: -1, deadline: -1, relCall: -1,
+			Signalled: -1, DoneAt: -1, Deadline: -1, relCall: -1,
 		}
 		if l.callHi < op.Call {
 			l.callHi = op.Call
@@ -387,15 +390,15 @@ func (r *run) done(c *client, m msg, now int64) {
 	if l == nil {
 		return
 	}
-	l.doneAt = min(now, l.callHi+m.DoneNS)
+	l.DoneAt = min(now, l.callHi+m.DoneNS)
 	if m.DeadlineNS >= 0 {
-		l.deadline = l.callHi + m.DeadlineNS
+		l.Deadline = l.callHi + m.DeadlineNS
 	}
 	l.doneKind, l.DoneErr = m.Kind, m.Err
 	if m.Kind == kindLost {
-		sig := l.doneAt
-		if l.deadline >= 0 && l.deadline < sig {
-			sig = l.deadline
+		sig := l.DoneAt
+		if l.Deadline >= 0 && l.Deadline < sig {
+			sig = l.Deadline
 		}
 		if l.End < 0 || sig < l.End {
 			l.End, l.EndHow = sig, "lost"
@@ -415,8 +418,9 @@ func (r *run) exited(c *client) {
 	delete(r.clients, c.id)
 }
 
-// shutdown ends the run: clients stop at their next acquire; those still
-// running after a grace period are killed.
+// shutdown ends the run: every client process is killed (a holder's
+// lock is left to expire: each run uses its own lock name), and the
+// history closed.
 func (r *run) shutdown() {
 	r.mu.Lock()
 	r.stopping = true
@@ -428,25 +432,19 @@ func (r *run) shutdown() {
 	r.mu.Unlock()
 	close(r.stop)
 	for _, c := range cs {
-		_ = c.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	grace := time.After(2*r.cfg.TTL + r.cfg.acquireTimeout())
-	for _, c := range cs {
-		select {
-		case <-c.exit:
-		case <-grace:
-			_ = c.cmd.Process.Kill()
-		}
+		_ = c.cmd.Process.Kill()
 	}
 	r.wg.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range r.hist.Leases {
-		if l.End < 0 {
-			l.EndHow = "open"
-		}
-	}
 	sort.SliceStable(r.hist.Ops, func(i, j int) bool { return r.hist.Ops[i].Call < r.hist.Ops[j].Call })
+}
+
+func (r *run) faultName() string {
+	if r.cfg.Fault == nil {
+		return "none"
+	}
+	return r.cfg.Fault.Name
 }
 
 // tailWriter keeps the last max bytes written (a client's stderr).
@@ -464,6 +462,12 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 		w.b = w.b[len(w.b)-w.max:]
 	}
 	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
 }
 
 // Injection is what a fault sees of the run it is injected into.

@@ -69,6 +69,9 @@ func Suite(ctx context.Context, opts Options) (*Report, error) {
 		}
 		opts.Dir = d
 	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("faults: %w", err)
+	}
 	rep := NewReport(opts.Command)
 	var faults []*Fault
 	for _, f := range Catalogue() {
@@ -154,9 +157,7 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 				continue
 			}
 			res.Fault = f.Name
-			if len(res.Failures) > 0 {
-				saveHistory(res, opts.Dir)
-			}
+			saveHistory(res, opts.Dir)
 			opts.Logf("%s", strings.Join(res.cells(), " | "))
 			out = append(out, res)
 		}
@@ -164,8 +165,8 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 	return out, ""
 }
 
-// saveHistory writes a failing run's history (JSON) into dir, next to the
-// porcupine visualisation if the checker made one.
+// saveHistory writes a run's history (JSON) into dir, next to the
+// porcupine visualisation of a failing one.
 func saveHistory(res *Result, dir string) {
 	base := filepath.Join(dir, strings.ReplaceAll(res.Backend, "/", "-")+"-"+res.Fault)
 	f, err := os.Create(base + ".history.json")
