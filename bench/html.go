@@ -90,7 +90,16 @@ func snippet(r render.Renderer, title, caption string) chart {
 	return chart{Title: title, Caption: caption, Element: template.HTML(s.Element), Script: template.HTML(s.Script)}
 }
 
-func us(ns int64) float64 { return float64(ns) / 1e3 }
+func us(ns int64) any { return logv(float64(ns) / 1e3) }
+
+// logv is a value for a log-scale axis: ECharts draws "-" as a gap, while
+// a zero would break the axis.
+func logv(v float64) any {
+	if v <= 0 {
+		return "-"
+	}
+	return v
+}
 
 func baseOpts(id string) []charts.GlobalOpts {
 	return []charts.GlobalOpts{
@@ -142,7 +151,7 @@ func (rep *Report) charts() []chart {
 		for _, r := range rows {
 			var d []opts.LineData
 			for _, p := range r.Latency {
-				d = append(d, opts.LineData{Value: p[1] / 1e3})
+				d = append(d, opts.LineData{Value: logv(p[1] / 1e3)})
 			}
 			l.AddSeries(r.Backend, d)
 		}
@@ -174,10 +183,10 @@ func (rep *Report) charts() []chart {
 				if !slices.Contains(order, r.Backend) {
 					order = append(order, r.Backend)
 				}
-				series[r.Backend] = append(series[r.Backend], opts.LineData{Value: r.GrantsPerSec, Name: lb})
+				series[r.Backend] = append(series[r.Backend], opts.LineData{Value: logv(r.GrantsPerSec), Name: lb})
 				best = max(best, r.IdealGrantsPerSec)
 			}
-			ideal = append(ideal, opts.LineData{Value: best})
+			ideal = append(ideal, opts.LineData{Value: logv(best)})
 		}
 		l := charts.NewLine()
 		l.SetGlobalOptions(append(baseOpts("grants_waiters_"+strings.ReplaceAll(hold, ".", "_")),
@@ -189,9 +198,11 @@ func (rep *Report) charts() []chart {
 				l.AddSeries(n, series[n])
 			}
 		}
-		l.AddSeries("ideal 1/(hold+rtt), fastest server", ideal)
+		if slices.ContainsFunc(ideal, func(d opts.LineData) bool { return d.Value != "-" }) {
+			l.AddSeries("ideal, fastest server", ideal)
+		}
 		out = append(out, snippet(l, "Grants per second vs waiters, hold "+hold,
-			"One hot name; each waiter holds the lock for "+hold+", releases, works 2 ms, asks again. The ideal rate is 1/(hold + one round trip) of the fastest server."))
+			"One hot name; each waiter holds the lock for "+hold+", releases, works 2 ms, asks again. The ideal rate is 1/(hold + one round trip) of the fastest server, bounded by what the waiters ask for (waiters/(hold + work + round trip))."))
 	}
 	for _, lb := range []string{"handoff w=8 hold=1ms", "handoff w=32 hold=0s"} {
 		rows := rep.rowsOf(lb, true)
@@ -229,7 +240,7 @@ func (rep *Report) charts() []chart {
 		names := rep.backendsOf(mk[0])
 		b.SetXAxis(names)
 		for _, lb := range mk {
-			b.AddSeries(lb, rep.barValues(lb, names, func(r *Row) float64 { return r.GrantsPerSec }))
+			b.AddSeries(lb, rep.barValues(lb, names, func(r *Row) any { return logv(r.GrantsPerSec) }))
 		}
 		out = append(out, snippet(b, "Many keys: grants per second",
 			"4× and 16× GOMAXPROCS clients, 10 000 names chosen uniformly, closed loop: throughput with little contention."))
@@ -240,7 +251,7 @@ func (rep *Report) charts() []chart {
 		b.SetGlobalOptions(append(baseOpts("fairness"),
 			charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "Jain's index", Max: 1}),
 			charts.WithXAxisOpts(opts.XAxis{AxisLabel: &opts.AxisLabel{Rotate: 30, Interval: "0"}}))...)
-		b.SetXAxis(names).AddSeries("Jain's index", rep.barValues("fairness c=16", names, func(r *Row) float64 { return r.Jain }))
+		b.SetXAxis(names).AddSeries("Jain's index", rep.barValues("fairness c=16", names, func(r *Row) any { return r.Jain }))
 		out = append(out, snippet(b, "Fairness: Jain's index over grants per client",
 			"16 clients on one name, each re-asking at once after its release: 1.0 means every client got the same share; a lock that lets the releaser barge in scores lower. The table gives the maximum wait."))
 	}
@@ -264,7 +275,7 @@ func (rep *Report) charts() []chart {
 		for _, n := range names {
 			var d []opts.LineData
 			for _, lb := range ol {
-				v := 0.0
+				var v any = "-"
 				for _, r := range rep.rowsOf(lb, true) {
 					if r.Backend == n {
 						v = us(r.P99)
@@ -295,10 +306,10 @@ func (rep *Report) backendsOf(label string) []string {
 	return out
 }
 
-func (rep *Report) barValues(label string, names []string, f func(*Row) float64) []opts.BarData {
+func (rep *Report) barValues(label string, names []string, f func(*Row) any) []opts.BarData {
 	vals := make([]opts.BarData, len(names))
 	for i, n := range names {
-		vals[i] = opts.BarData{Value: 0}
+		vals[i] = opts.BarData{Value: "-"}
 		for _, r := range rep.rowsOf(label, false) {
 			if r.Backend == n {
 				vals[i] = opts.BarData{Value: f(r)}

@@ -3,11 +3,14 @@ package bench
 import (
 	"context"
 	"math/rand/v2"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/go-zookeeper/zk"
 	goredis "github.com/redis/go-redis/v9"
@@ -42,17 +45,43 @@ func redisPool(t Target) (*goredis.Client, error) {
 }
 
 type redsyncClient struct {
-	rdb    *goredis.Client
+	rdbs   []*goredis.Client
 	rs     *redsync.Redsync
 	failed atomic.Uint64
 }
 
+// openRedsync opens redsync on one node (redis://) or, for a redlock://
+// URL, on each of its independent masters (redsync is Redlock).
 func openRedsync(ctx context.Context, t Target) (Client, error) {
-	rdb, err := redisPool(t)
-	if err != nil {
-		return nil, err
+	c := &redsyncClient{}
+	var pools []redsyncredis.Pool
+	for _, u := range nodeURLs(t.URL) {
+		rdb, err := redisPool(Target{URL: u})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.rdbs = append(c.rdbs, rdb)
+		pools = append(pools, redsyncgoredis.NewPool(rdb))
 	}
-	return &redsyncClient{rdb: rdb, rs: redsync.New(redsyncgoredis.NewPool(rdb))}, nil
+	c.rs = redsync.New(pools...)
+	return c, nil
+}
+
+// nodeURLs splits redlock://[:pw@]h1,h2,h3[/db] into one redis:// URL per
+// host; other URLs are returned as they are.
+func nodeURLs(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "redlock" {
+		return []string{raw}
+	}
+	var out []string
+	for _, h := range strings.Split(u.Host, ",") {
+		n := *u
+		n.Scheme, n.Host, n.RawQuery = "redis", h, ""
+		out = append(out, n.String())
+	}
+	return out
 }
 
 func (c *redsyncClient) Acquire(ctx context.Context, name string) (Held, error) {
@@ -73,7 +102,12 @@ func (c *redsyncClient) Acquire(ctx context.Context, name string) (Held, error) 
 }
 
 func (c *redsyncClient) FailedAttempts() uint64 { return c.failed.Load() }
-func (c *redsyncClient) Close() error           { return c.rdb.Close() }
+func (c *redsyncClient) Close() error {
+	for _, r := range c.rdbs {
+		r.Close()
+	}
+	return nil
+}
 
 type redislockClient struct {
 	rdb    *goredis.Client

@@ -26,6 +26,8 @@ type Row struct {
 	Backend string `json:"backend"`
 	// Family is the server it ran on: memory, redis, zookeeper, postgres, mysql.
 	Family string `json:"family"`
+	// Server is the server instance (peers are compared on the same one).
+	Server string `json:"server,omitempty"`
 	// Kind is dlock, peer, floor or rtt.
 	Kind string `json:"kind"`
 	URL  string `json:"url,omitempty"`
@@ -47,7 +49,8 @@ type Row struct {
 
 	Grants       uint64  `json:"grants"`
 	GrantsPerSec float64 `json:"grants_per_sec"`
-	// IdealGrantsPerSec is 1/(hold + one round trip) for one hot name.
+	// IdealGrantsPerSec is 1/(hold + one round trip) for one hot name,
+	// bounded by the clients' demand (see Ideal).
 	IdealGrantsPerSec float64 `json:"ideal_grants_per_sec"`
 	RatioToIdeal      float64 `json:"ratio_to_ideal"`
 
@@ -75,8 +78,8 @@ type Row struct {
 	MaxWait int64   `json:"max_wait_ns"`
 	// Violations counts two holders at once (checked in every process);
 	// FencingViolations counts tokens that did not increase.
-	Violations        uint64 `json:"violations"`
-	FencingViolations uint64 `json:"fencing_violations"`
+	Violations        uint64  `json:"violations"`
+	FencingViolations uint64  `json:"fencing_violations"`
 	FailedPerGrant    float64 `json:"failed_attempts_per_grant"`
 	Errors            uint64  `json:"errors"`
 	LastError         string  `json:"last_error,omitempty"`
@@ -98,20 +101,20 @@ func (r *Row) useNs() int64 { return r.P50 + r.ReleaseP50 }
 
 // Report is a whole run.
 type Report struct {
-	Started    time.Time     `json:"started"`
-	Duration   time.Duration `json:"duration_ns"`
-	DurationS  string        `json:"duration"`
-	Command    string        `json:"command"`
-	GoVersion  string        `json:"go_version"`
-	GOMAXPROCS int           `json:"gomaxprocs"`
-	NumCPU     int           `json:"num_cpu"`
-	Host       string        `json:"host"`
-	Quick      bool          `json:"quick"`
-	Procs      int           `json:"procs"`
-	Servers    []*Server     `json:"servers"`
-	Skipped    []string      `json:"skipped,omitempty"`
+	Started    time.Time         `json:"started"`
+	Duration   time.Duration     `json:"duration_ns"`
+	DurationS  string            `json:"duration"`
+	Command    string            `json:"command"`
+	GoVersion  string            `json:"go_version"`
+	GOMAXPROCS int               `json:"gomaxprocs"`
+	NumCPU     int               `json:"num_cpu"`
+	Host       string            `json:"host"`
+	Quick      bool              `json:"quick"`
+	Procs      int               `json:"procs"`
+	Servers    []*Server         `json:"servers"`
+	Skipped    []string          `json:"skipped,omitempty"`
 	Peers      map[string]string `json:"peers"`
-	Rows       []*Row        `json:"rows"`
+	Rows       []*Row            `json:"rows"`
 }
 
 var quantiles = []float64{0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 0.9999, 1}
@@ -120,7 +123,7 @@ var quantiles = []float64{0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 0.9999, 1}
 func NewRow(res *Result) *Row {
 	t, w := res.Target, res.Workload
 	r := &Row{
-		Backend: t.Name, Family: t.Backend, Kind: t.Kind, URL: t.RedactedURL(), Note: t.Note,
+		Backend: t.Name, Family: t.Backend, Server: t.Server, Kind: t.Kind, URL: t.RedactedURL(), Note: t.Note,
 		Workload: w.Kind, Label: w.Label(), Params: w.Params(), Procs: res.Procs,
 		Floor: t.Floor,
 	}
@@ -172,6 +175,17 @@ func NewRow(res *Result) *Row {
 	return r
 }
 
+// Ideal is the contended rate a perfect lock would reach on one name:
+// 1/(hold + one round trip) while a waiter is always ready, bounded by
+// what the clients ask for, clients/(hold + work + one round trip).
+func Ideal(hold, work, rtt time.Duration, clients int) float64 {
+	lockBound := 1 / (hold + rtt).Seconds()
+	if clients <= 0 {
+		return lockBound
+	}
+	return min(lockBound, float64(clients)/(hold+work+rtt).Seconds())
+}
+
 // jain is Jain's fairness index (Σx)²/(n·Σx²) over the grants per client.
 func jain(xs []uint64) float64 {
 	var s, s2 float64
@@ -187,7 +201,7 @@ func jain(xs []uint64) float64 {
 
 // SkippedRow records a target that could not be measured on a workload.
 func SkippedRow(t Target, w Workload, why string) *Row {
-	return &Row{Backend: t.Name, Family: t.Backend, Kind: t.Kind, URL: t.RedactedURL(), Note: t.Note,
+	return &Row{Backend: t.Name, Family: t.Backend, Server: t.Server, Kind: t.Kind, URL: t.RedactedURL(), Note: t.Note,
 		Workload: w.Kind, Label: w.Label(), Params: w.Params(), Skipped: why,
 		ServerCmdsPerGrant: -1, ServerCPUPerGrantNs: -1}
 }
@@ -229,20 +243,24 @@ func Finalize(rows []*Row, targets []Target) {
 			if h, err := time.ParseDuration(fmt.Sprint(r.Params["hold"])); err == nil {
 				hold = h
 			}
+			work := time.Duration(0)
+			if w, err := time.ParseDuration(fmt.Sprint(r.Params["work"])); err == nil {
+				work = w
+			}
 			if r.BaselineRTT > 0 {
-				r.IdealGrantsPerSec = 1 / (hold.Seconds() + time.Duration(r.BaselineRTT).Seconds())
+				r.IdealGrantsPerSec = Ideal(hold, work, time.Duration(r.BaselineRTT), int(toFloat(r.Params["clients"])))
 				r.RatioToIdeal = r.GrantsPerSec / r.IdealGrantsPerSec
 			}
 		}
 	}
-	// Peers: the best peer of the same family on the same configuration.
+	// Peers: the best peer on the same server and configuration.
 	for _, r := range rows {
 		if r.Skipped != "" || !(r.Kind == KindDlock || r.Kind == KindPeer) {
 			continue
 		}
 		var best *Row
 		for _, p := range rows {
-			if p.Kind != KindPeer || p == r || p.Family != r.Family || p.Label != r.Label || p.Skipped != "" || p.Grants == 0 {
+			if p.Kind != KindPeer || p == r || p.Server != r.Server || p.Label != r.Label || p.Skipped != "" || p.Grants == 0 {
 				continue
 			}
 			if best == nil || (r.Workload == Uncontended && p.useNs() < best.useNs()) ||

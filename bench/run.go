@@ -226,7 +226,8 @@ func (p Part) loop(ctx context.Context, c Client, fenced bool, chk *Checker, nam
 			// Poisson arrivals: exponential gaps from the previous intended
 			// start, whatever happened to it (no coordinated omission).
 			next += int64(rng.ExpFloat64() / perClient * 1e9)
-			if !sleepCtx(ctx, time.Duration(next-s0)) {
+			// Gaps shorter than the timer's resolution are not slept.
+			if gap := time.Duration(next - s0); gap > 50*time.Microsecond && !sleepCtx(ctx, gap) {
 				return
 			}
 			intended = next

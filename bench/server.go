@@ -32,6 +32,9 @@ type Server struct {
 	Startup time.Duration `json:"startup_ns,omitempty"`
 	// Settings are the server settings that change results.
 	Settings map[string]string `json:"settings"`
+	// Nodes are the member servers of a multi-node setup (Redlock's
+	// independent masters, a Redis Cluster): samples are their sums.
+	Nodes []*Server `json:"nodes,omitempty"`
 
 	rdb *goredis.Client
 }
@@ -63,6 +66,17 @@ func (s ServerSample) Sub(o ServerSample) ServerDelta {
 // INFO calls themselves excluded) and its CPU time (when PID is known).
 func (s *Server) Sample(ctx context.Context) ServerSample {
 	var out ServerSample
+	if len(s.Nodes) > 0 {
+		out.HasCommands, out.HasCPU = true, true
+		for _, n := range s.Nodes {
+			ns := n.Sample(ctx)
+			out.Commands += ns.Commands
+			out.CPU += ns.CPU
+			out.HasCommands = out.HasCommands && ns.HasCommands
+			out.HasCPU = out.HasCPU && ns.HasCPU
+		}
+		return out
+	}
 	if s.Backend == "redis" {
 		if n, err := s.redisCommands(ctx); err == nil {
 			out.Commands, out.HasCommands = n, true
@@ -122,6 +136,9 @@ func sumCommandStats(info string) uint64 {
 
 // Close closes the server's metrics connection (not the server).
 func (s *Server) Close() {
+	for _, n := range s.Nodes {
+		n.Close()
+	}
 	if s.rdb != nil {
 		s.rdb.Close()
 		s.rdb = nil
@@ -206,6 +223,14 @@ func (s *Server) ReadSettings(ctx context.Context) {
 	}
 	set := func(k, v string) { s.Settings[k] = v }
 	fail := func(err error) { set("error", err.Error()) }
+	if len(s.Nodes) > 0 {
+		s.Nodes[0].ReadSettings(ctx)
+		for k, v := range s.Nodes[0].Settings {
+			set(k, v)
+		}
+		set("nodes", strconv.Itoa(len(s.Nodes)))
+		return
+	}
 	switch s.Backend {
 	case "redis":
 		c, err := s.redis()

@@ -178,7 +178,9 @@ func (c *countingDriver) TryAcquire(ctx context.Context, req driver.Request) (dr
 }
 
 // noToken is a Held without a fencing token.
-type noToken struct{ release func(ctx context.Context) error }
+type noToken struct {
+	release func(ctx context.Context) error
+}
 
 func (n noToken) Token() uint64                     { return 0 }
 func (n noToken) Release(ctx context.Context) error { return n.release(ctx) }

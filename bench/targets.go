@@ -125,7 +125,7 @@ func TargetsFor(s *Server) (targets []Target, skipped map[string]string) {
 				}
 			}
 		}
-		if !registered(t.URL) {
+		if !Registered(t.URL) {
 			skipped[t.Name] = fmt.Sprintf("driver for %s:// not built into this binary yet", scheme(t.URL))
 			continue
 		}
@@ -191,7 +191,8 @@ func scheme(raw string) string {
 	return strings.ToLower(s)
 }
 
-func registered(raw string) bool { return slices.Contains(dlock.Schemes(), scheme(raw)) }
+// Registered reports whether the driver of a URL scheme is built in.
+func Registered(raw string) bool { return slices.Contains(dlock.Schemes(), scheme(raw)) }
 
 // MemoryTarget is the in-process reference backend.
 func MemoryTarget() Target {

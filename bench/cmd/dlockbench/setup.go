@@ -16,6 +16,8 @@ import (
 
 	// The backends dlockbench measures: every driver registers its schemes.
 	_ "github.com/dlock-go/dlock/memory"
+	_ "github.com/dlock-go/dlock/redis"
+	_ "github.com/dlock-go/dlock/zookeeper"
 )
 
 // env is the servers and targets of a run.
@@ -74,21 +76,108 @@ func (e *env) add(s *bench.Server) {
 	e.byID[s.ID] = s
 }
 
+// started is a server setup testenv started.
+type started struct {
+	server  *bench.Server
+	targets []bench.Target
+	skipped map[string]string
+	close   func()
+}
+
+// fromTestenv describes a server testenv started.
+func fromTestenv(id string, ts *testenv.Server) *bench.Server {
+	s := &bench.Server{ID: id, Backend: ts.Kind, URL: ts.URL, Addr: ts.Addr, PID: ts.Pid(),
+		Origin: "dlockbench (internal/testenv)", Startup: ts.StartupTime, Settings: maps.Clone(ts.Settings)}
+	if s.Settings == nil {
+		s.Settings = map[string]string{}
+	}
+	if ts.Version != "" {
+		s.Settings["version"] = ts.Version
+	}
+	return s
+}
+
+// single starts one server of a family and lists its targets.
+func single(id string, start func(ctx context.Context) (*testenv.Server, error)) func(ctx context.Context) (*started, error) {
+	return func(ctx context.Context) (*started, error) {
+		ts, err := start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s := fromTestenv(id, ts)
+		targets, skipped := bench.TargetsFor(s)
+		return &started{server: s, targets: targets, skipped: skipped, close: func() { ts.Close() }}, nil
+	}
+}
+
+// multiNode describes Redlock's masters or a Redis Cluster: one dlock
+// target (and redsync, which is Redlock, on the masters), compared with
+// the single Redis server's floor and round trip.
+func multiNode(id, dlockURL string, nodes []*testenv.Server, closeFn func()) *started {
+	s := &bench.Server{ID: id, Backend: testenv.KindRedis, URL: dlockURL, Origin: "dlockbench (internal/testenv)"}
+	var addrs []string
+	for i, n := range nodes {
+		s.Nodes = append(s.Nodes, fromTestenv(fmt.Sprintf("%s-%d", id, i+1), n))
+		addrs = append(addrs, n.Addr)
+	}
+	s.Addr = strings.Join(addrs, ",")
+	st := &started{server: s, close: closeFn, skipped: map[string]string{}}
+	t := bench.Target{Name: id, Kind: bench.KindDlock, URL: dlockURL, Backend: "redis", Server: id,
+		Floor: "floor redis", RTT: "rtt redis", Note: "compared with the single Redis server's floor and round trip"}
+	if !bench.Registered(dlockURL) {
+		st.skipped[id] = "driver not built into this binary yet"
+		return st
+	}
+	st.targets = append(st.targets, t)
+	if strings.HasPrefix(dlockURL, "redlock://") {
+		st.targets = append(st.targets, bench.Target{Name: "redsync (redlock)", Kind: bench.KindPeer, Impl: "redsync",
+			URL: dlockURL, Backend: "redis", Server: id, Floor: "floor redis", RTT: "rtt redis",
+			Note: bench.PeerNotes["redsync"] + "; one pool per master (redsync is Redlock)"})
+	}
+	return st
+}
+
 // start starts every server testenv can start, in parallel, and lists
 // the targets on each; a server that cannot start is reported skipped.
 func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 	e.targets = append(e.targets, bench.MemoryTarget())
 	type starter struct {
 		family string
-		start  func(ctx context.Context) (*testenv.Server, error)
+		start  func(ctx context.Context) (*started, error)
 	}
 	starters := []starter{
-		{"redis", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartRedis(ctx, nil) }},
-		{"zookeeper", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartZooKeeper(ctx, nil) }},
-		{"postgres", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartPostgres(ctx, nil) }},
-		{"mysql", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartMySQL(ctx, nil) }},
+		{"redis", single("redis", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartRedis(ctx, nil) })},
+		{"zookeeper", single("zookeeper", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartZooKeeper(ctx, nil) })},
+		{"postgres", single("postgres", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartPostgres(ctx, nil) })},
+		{"mysql", single("mysql", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartMySQL(ctx, nil) })},
+		{"redlock", func(ctx context.Context) (*started, error) {
+			var nodes []*testenv.Server
+			closeAll := func() {
+				for _, n := range nodes {
+					n.Close()
+				}
+			}
+			var addrs []string
+			for range 3 {
+				n, err := testenv.StartRedis(ctx, nil)
+				if err != nil {
+					closeAll()
+					return nil, err
+				}
+				nodes = append(nodes, n)
+				addrs = append(addrs, n.Addr)
+			}
+			return multiNode("redlock", "redlock://"+strings.Join(addrs, ","), nodes, closeAll), nil
+		}},
+		{"redis+cluster", func(ctx context.Context) (*started, error) {
+			c, err := testenv.StartRedisCluster(ctx, 3)
+			if err != nil {
+				return nil, err
+			}
+			return multiNode("redis+cluster", c.URL, c.Nodes, func() { c.Close() }), nil
+		}},
 	}
-	started := make([]*testenv.Server, len(starters))
+	results := make([]*started, len(starters))
 	errs := make([]error, len(starters))
 	var wg sync.WaitGroup
 	for i, st := range starters {
@@ -98,7 +187,7 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, startTimeout)
 			defer cancel()
-			started[i], errs[i] = st.start(sctx)
+			results[i], errs[i] = st.start(sctx)
 		})
 	}
 	if cfg.progress {
@@ -106,7 +195,7 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 	}
 	wg.Wait()
 	for i, st := range starters {
-		ts := started[i]
+		r := results[i]
 		switch {
 		case !cfg.wantServer(st.family):
 			continue
@@ -114,20 +203,11 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 			e.skipped = append(e.skipped, fmt.Sprintf("%s: %v", st.family, errs[i]))
 			continue
 		}
-		e.closers = append(e.closers, func() { ts.Close() })
-		s := &bench.Server{ID: st.family, Backend: st.family, URL: ts.URL, Addr: ts.Addr, PID: ts.Pid(),
-			Origin: "dlockbench (internal/testenv)", Startup: ts.StartupTime, Settings: maps.Clone(ts.Settings)}
-		if s.Settings == nil {
-			s.Settings = map[string]string{}
-		}
-		if ts.Version != "" {
-			s.Settings["version"] = ts.Version
-		}
-		e.add(s)
-		ts2, skipped := bench.TargetsFor(s)
-		e.targets = append(e.targets, ts2...)
-		for _, n := range slices.Sorted(maps.Keys(skipped)) {
-			e.skipped = append(e.skipped, n+": "+skipped[n])
+		e.closers = append(e.closers, r.close)
+		e.add(r.server)
+		e.targets = append(e.targets, r.targets...)
+		for _, n := range slices.Sorted(maps.Keys(r.skipped)) {
+			e.skipped = append(e.skipped, n+": "+r.skipped[n])
 		}
 	}
 }

@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/dlock-go/dlock/memory"
+)
+
+func TestMain(m *testing.M) {
+	ChildMain() // the -procs tests re-execute this binary as client parts
+	os.Exit(m.Run())
+}
+
+// unsafeLock is a deliberately broken lock: every Acquire succeeds at
+// once and tokens repeat, so the checker must report violations.
+type unsafeLock struct{}
+
+func (unsafeLock) Acquire(ctx context.Context, name string) (Held, error) { return unsafeHeld{}, nil }
+func (unsafeLock) FailedAttempts() uint64                                 { return 0 }
+func (unsafeLock) Close() error                                           { return nil }
+func (unsafeLock) Fencing() bool                                          { return true }
+
+type unsafeHeld struct{}
+
+func (unsafeHeld) Token() uint64                   { return 7 }
+func (unsafeHeld) Release(ctx context.Context) error { return nil }
+
+func init() {
+	openers["test-unsafe"] = func(ctx context.Context, t Target) (Client, error) { return unsafeLock{}, nil }
+}
+
+var unsafeTarget = Target{Name: "unsafe", Kind: KindPeer, Impl: "test-unsafe", Backend: "test"}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCheckerCountsOverlapsAndStaleTokens(t *testing.T) {
+	c := NewChecker(2)
+	c.Enter(0, 5, true, Now(), Now())
+	c.Enter(0, 5, true, Now(), Now()) // a second holder, same token
+	ex, fe := c.Violations()
+	if ex != 1 || fe != 1 {
+		t.Fatalf("violations = %d exclusion, %d fencing; want 1, 1", ex, fe)
+	}
+	c.Exit(0)
+	c.Exit(0)
+	start := Now()
+	c.Enter(1, 1, true, start, Now())
+	c.Exit(1)
+	if ho := c.Enter(1, 2, true, start, Now()+1000); ho < 1000 {
+		t.Fatalf("handoff = %d for a waiter that started before the release; want ≥ 1000", ho)
+	}
+	c.Exit(1)
+	if ho := c.Enter(1, 3, true, Now(), Now()); ho != -1 {
+		t.Fatalf("handoff = %d for an acquirer that came after the release; want -1", ho)
+	}
+	if ex, fe := c.Violations(); ex != 1 || fe != 1 {
+		t.Fatalf("violations changed to %d, %d by correct use", ex, fe)
+	}
+}
+
+func TestSharedCheckerSeesOtherMappings(t *testing.T) {
+	a, err := NewSharedChecker(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(true)
+	b, err := OpenChecker(a.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(false)
+	a.Enter(2, 1, false, Now(), Now())
+	b.Enter(2, 1, false, Now(), Now())
+	if ex, _ := a.Violations(); ex != 1 {
+		t.Fatalf("exclusion violations through two mappings = %d, want 1", ex)
+	}
+}
+
+func TestJainAndIdeal(t *testing.T) {
+	if j := jain([]uint64{3, 3, 3, 3}); j != 1 {
+		t.Errorf("jain(equal) = %v, want 1", j)
+	}
+	if j := jain([]uint64{4, 0, 0, 0}); j != 0.25 {
+		t.Errorf("jain(one of four) = %v, want 0.25", j)
+	}
+	// Lock-bound: 1/(1ms+1ms) = 500/s; demand-bound: 2/(1ms+10ms+1ms) ≈ 166.7/s.
+	if got := Ideal(time.Millisecond, 0, time.Millisecond, 32); got != 500 {
+		t.Errorf("Ideal lock-bound = %v, want 500", got)
+	}
+	if got := Ideal(time.Millisecond, 10*time.Millisecond, time.Millisecond, 2); got < 166 || got > 167 {
+		t.Errorf("Ideal demand-bound = %v, want ≈166.7", got)
+	}
+}
+
+func TestSumCommandStats(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_set:calls=10,usec=5,usec_per_call=0.5\r\n" +
+		"cmdstat_evalsha:calls=7,usec=9\r\ncmdstat_info:calls=99,usec=1\r\n"
+	if n := sumCommandStats(info); n != 17 {
+		t.Fatalf("sumCommandStats = %d, want 17 (INFO excluded)", n)
+	}
+}
+
+func TestServerURLStripsDriverParameters(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:p@127.0.0.1:5/db?sslmode=disable&strategy=advisory": "postgres://u:p@127.0.0.1:5/db?sslmode=disable",
+		"redis://127.0.0.1:6/0?prefix=x":                                   "redis://127.0.0.1:6/0",
+		"zk://127.0.0.1:2181/locks?recipe=basic":                           "zk://127.0.0.1:2181",
+	} {
+		if got := ServerURL(in); got != want {
+			t.Errorf("ServerURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRunFindsViolationsOfABrokenLock proves the checker on a lock that
+// does not exclude: a run must report violations.
+func TestRunFindsViolationsOfABrokenLock(t *testing.T) {
+	w := Workload{Kind: Handoff, Clients: 4, Names: 1, Hold: time.Millisecond, Duration: 100 * time.Millisecond}
+	res, err := (&Runner{}).Run(ctxT(t, time.Minute), unsafeTarget, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Exclusion == 0 || res.Fencing == 0 {
+		t.Fatalf("broken lock: %d exclusion and %d fencing violations; want both > 0", res.Exclusion, res.Fencing)
+	}
+}
+
+// TestRunProcsSharesTheChecker runs the broken lock in two client
+// processes, one client each: only a checker shared across processes can
+// see their overlaps.
+func TestRunProcsSharesTheChecker(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Workload{Kind: Handoff, Clients: 2, Names: 1, Hold: 2 * time.Millisecond, Duration: 200 * time.Millisecond}
+	r := &Runner{Procs: 2, Exe: exe, Stderr: os.Stderr}
+	res, err := r.Run(ctxT(t, time.Minute), unsafeTarget, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Procs != 2 || len(res.Grants) != 2 {
+		t.Fatalf("ran in %d processes with %d clients; want 2 and 2", res.Procs, len(res.Grants))
+	}
+	if res.Exclusion == 0 {
+		t.Fatal("two processes holding one name at once were not seen")
+	}
+}
+
+// memReport measures mem:// on every workload, briefly, and returns the
+// report (real data for the report tests).
+func memReport(t *testing.T) *Report {
+	t.Helper()
+	ctx := ctxT(t, 2*time.Minute)
+	r := &Runner{}
+	mem := MemoryTarget()
+	var rows []*Row
+	capacity := 0.0
+	for _, w := range Plan(PlanOptions{Quick: true, Scale: 0.25}) {
+		if w.Kind == OpenLoop {
+			w.Rate = w.Load * capacity
+		}
+		res, err := r.Run(ctx, mem, w, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", w.Label(), err)
+		}
+		row := NewRow(res)
+		if w.Kind == ManyKeys && capacity == 0 {
+			capacity = row.GrantsPerSec
+		}
+		if row.Grants == 0 || row.Violations != 0 || row.FencingViolations != 0 {
+			t.Fatalf("%s: %d grants, %d/%d violations", w.Label(), row.Grants, row.Violations, row.FencingViolations)
+		}
+		rows = append(rows, row)
+	}
+	Finalize(rows, []Target{mem})
+	return &Report{Started: time.Now(), GoVersion: "test", Rows: rows, Peers: PeerNotes,
+		Servers: []*Server{{ID: "memory", Backend: "memory", Origin: "test", Settings: map[string]string{"none": "in-process"}}}}
+}
+
+func TestReportFiles(t *testing.T) {
+	rep := memReport(t)
+	dir := t.TempDir()
+	if err := rep.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rows) != len(rep.Rows) {
+		t.Fatalf("report.json has %d rows, want %d", len(got.Rows), len(rep.Rows))
+	}
+	for _, f := range []string{"backend", "workload", "params", "p50_ns", "p99_ns", "p999_ns", "grants_per_sec",
+		"ideal_grants_per_sec", "baseline_rtt_ns", "floor_ns", "ratio_to_floor", "handoff_p50_ns", "jain",
+		"max_wait_ns", "violations"} {
+		if _, ok := got.Rows[0][f]; !ok {
+			t.Errorf("report.json rows lack field %q", f)
+		}
+	}
+	csvb, err := os.ReadFile(filepath.Join(dir, "report.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(csvb), "\n"); lines != len(rep.Rows)+1 {
+		t.Errorf("report.csv has %d lines, want %d", lines, len(rep.Rows)+1)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(html)
+	if strings.Contains(page, "<script src") || strings.Contains(page, "<link href") {
+		t.Error("index.html loads an external script or stylesheet; it must be self-contained")
+	}
+	if !strings.Contains(page, "echarts.init(") || len(page) < len(echartsJS) {
+		t.Error("index.html lacks the inlined ECharts library or its charts")
+	}
+	var table strings.Builder
+	rep.WriteTable(&table)
+	for _, want := range []string{"== uncontended", "== handoff w=8 hold=1ms", "== openloop 75%", "memory"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
+
+func TestProcessTreeCPU(t *testing.T) {
+	// Burn some CPU, then read our own process's time.
+	var x atomic.Uint64
+	for i := range 20_000_000 {
+		x.Add(uint64(i))
+	}
+	cpu, err := ProcessTreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu <= 0 {
+		t.Fatalf("CPU time of a busy process = %v, want > 0", cpu)
+	}
+}
