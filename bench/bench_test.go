@@ -29,7 +29,7 @@ func (unsafeLock) Fencing() bool                                          { retu
 
 type unsafeHeld struct{}
 
-func (unsafeHeld) Token() uint64                   { return 7 }
+func (unsafeHeld) Token() uint64                     { return 7 }
 func (unsafeHeld) Release(ctx context.Context) error { return nil }
 
 func init() {
@@ -114,8 +114,8 @@ func TestSumCommandStats(t *testing.T) {
 func TestServerURLStripsDriverParameters(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://u:p@127.0.0.1:5/db?sslmode=disable&strategy=advisory": "postgres://u:p@127.0.0.1:5/db?sslmode=disable",
-		"redis://127.0.0.1:6/0?prefix=x":                                   "redis://127.0.0.1:6/0",
-		"zk://127.0.0.1:2181/locks?recipe=basic":                           "zk://127.0.0.1:2181",
+		"redis://127.0.0.1:6/0?prefix=x":                                  "redis://127.0.0.1:6/0",
+		"zk://127.0.0.1:2181/locks?recipe=basic":                          "zk://127.0.0.1:2181",
 	} {
 		if got := ServerURL(in); got != want {
 			t.Errorf("ServerURL(%q) = %q, want %q", in, got, want)
