@@ -3,4 +3,5 @@ package main
 // The backends dlock can use: each registers its URL schemes.
 import (
 	_ "github.com/dlock-go/dlock/memory"
+	_ "github.com/dlock-go/dlock/redis"
 )

@@ -179,6 +179,15 @@ func openStatus(err error) int {
 	return exitUnavailable
 }
 
+// openFailure describes an error of dlock.Open: the URL is wrong, or the
+// service cannot be reached.
+func openFailure(err error) string {
+	if openStatus(err) == exitUsage {
+		return "bad lock service URL: " + errText(err) + " (see dlock help)"
+	}
+	return "cannot open the lock service: " + errText(err)
+}
+
 func (c cli) help(w io.Writer) {
 	fmt.Fprintf(w, `dlock runs a command while holding a distributed lock, so that a cron or
 deploy job runs on only one host at a time (flock(1) across machines).

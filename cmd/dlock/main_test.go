@@ -30,7 +30,7 @@ const (
 	envDir    = "JOB_DIR"              // where the job writes its records
 	envID     = "JOB_ID"               // the job's name in those records
 	envHold   = "JOB_HOLD"             // how long to run; default: until JOB_DIR/stop exists
-	envOnSig  = "JOB_ONSIG"            // on a signal: "exit" (status 0), "die" (of it), "ignore"
+	envOnSig  = "JOB_ONSIG"            // on SIGINT/SIGTERM: "exit" (status 0, the default), "die" (of it), "ignore"
 	envExit   = "JOB_EXIT"             // exit status when done
 )
 
@@ -113,6 +113,9 @@ func jobMain() int {
 			}
 		case sig := <-sigs:
 			record("sig."+id, sig.String())
+			if sig != syscall.SIGINT && sig != syscall.SIGTERM {
+				continue // USR1, USR2, HUP: recorded only
+			}
 			switch os.Getenv(envOnSig) {
 			case "ignore":
 			case "die":
@@ -202,6 +205,9 @@ func startDlock(t *testing.T, ctx context.Context, env []string, args ...string)
 			_ = cmd.Process.Kill()
 			<-p.done
 		}
+		if strings.Contains(p.stderr.String()+p.stdout.String(), testenv.Password) {
+			t.Errorf("dlock %s printed the password", strings.Join(args, " "))
+		}
 	})
 	return p
 }
@@ -263,6 +269,22 @@ func lookupVar(env []string, key string) (string, bool) {
 // waitFile waits until path exists and returns its content.
 func waitFile(t *testing.T, ctx context.Context, path string) string {
 	t.Helper()
+	return waitFileOr(t, ctx, path, nil)
+}
+
+// waitStarted waits until dlock's COMMAND (the helper job id) has started
+// and returns the job's pid; it fails at once when dlock exits first.
+func (p *dlockProc) waitStarted(t *testing.T, ctx context.Context, dir, id string) string {
+	t.Helper()
+	return waitFileOr(t, ctx, filepath.Join(dir, "started."+id), p)
+}
+
+func waitFileOr(t *testing.T, ctx context.Context, path string, p *dlockProc) string {
+	t.Helper()
+	var exited <-chan struct{}
+	if p != nil {
+		exited = p.done
+	}
 	for {
 		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
 			return string(b)
@@ -270,6 +292,11 @@ func waitFile(t *testing.T, ctx context.Context, path string) string {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%s did not appear: %v", filepath.Base(path), ctx.Err())
+		case <-exited:
+			if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+				return string(b)
+			}
+			t.Fatalf("dlock exited with status %d before %s appeared; stderr %q", p.code, filepath.Base(path), p.stderr)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -188,7 +188,7 @@ func (c cli) acquireInterruptibly(sigs <-chan os.Signal, rawURL, name string, o 
 func (c cli) acquire(ctx context.Context, rawURL, name string, o runOpts) (*dlock.Locker, *dlock.Lease, int, string) {
 	l, err := dlock.Open(ctx, rawURL)
 	if err != nil {
-		return nil, nil, openStatus(err), "cannot open the lock service: " + errText(err)
+		return nil, nil, openStatus(err), openFailure(err)
 	}
 	opts := &dlock.AcquireOptions{TTL: o.ttl, Owner: owner()}
 	var lease *dlock.Lease
@@ -216,7 +216,7 @@ func (c cli) acquire(ctx context.Context, rawURL, name string, o runOpts) (*dloc
 	case ctx.Err() != nil:
 		return nil, nil, 0, "" // interrupted: the caller reports it
 	}
-	return nil, nil, openStatus(err), fmt.Sprintf("cannot acquire lock %q: %s", name, errText(err))
+	return nil, nil, openStatus(err), "lock service failed: " + errText(err)
 }
 
 // holder describes the current holder of name for a "busy" message, or ""

@@ -78,7 +78,7 @@ func (c cli) status(args []string) int {
 
 	l, err := dlock.Open(ctx, rawURL)
 	if err != nil {
-		return c.failf(openStatus(err), rawURL, "cannot open the lock service: %s", errText(err))
+		return c.failf(openStatus(err), rawURL, "%s", openFailure(err))
 	}
 	defer l.Close()
 	info, err := l.Inspect(ctx, name)
@@ -88,7 +88,7 @@ func (c cli) status(args []string) int {
 		rep = newStatusReport(name, l.Capabilities(), dlock.Info{Waiters: -1})
 		rep.Held, rep.Fence, rep.Unsupported = nil, nil, true
 	case err != nil:
-		return c.failf(openStatus(err), rawURL, "cannot inspect lock %q: %s", name, errText(err))
+		return c.failf(openStatus(err), rawURL, "lock service failed: %s", errText(err))
 	}
 	if o.json {
 		enc := json.NewEncoder(c.stdout)

@@ -1,0 +1,520 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// backend is one lock service the command is tested against.
+type backend struct {
+	name   string
+	scheme string
+	// server returns the server (shared when the cases need no fault on
+	// the server itself).
+	server func(t *testing.T) *testenv.Server
+	// url returns the dlock URL for the server.
+	url func(s *testenv.Server) string
+	// ttl is the -ttl of the crash and lost-lease cases: short, so that
+	// TTL-bound backends free a crashed holder's lock quickly.
+	ttl time.Duration
+	// revoke drops the current lease of name behind its holder's back, as
+	// the server would (the fault hook of the lost-lease case).
+	revoke func(t *testing.T, ctx context.Context, s *testenv.Server, name string)
+}
+
+var backends = []backend{
+	{
+		name:   "redis",
+		scheme: "redis",
+		server: func(t *testing.T) *testenv.Server { return testenv.Redis(t) },
+		url:    func(s *testenv.Server) string { return s.URL },
+		ttl:    2 * time.Second,
+		revoke: func(t *testing.T, ctx context.Context, s *testenv.Server, name string) {
+			// The redis driver's documented key layout: <prefix>{<name>}.
+			n, err := testenv.RedisDo(ctx, s.Addr, "DEL", "dlock:{"+name+"}")
+			if err != nil || n != int64(1) {
+				t.Fatalf("revoke: DEL dlock:{%s} = %v, %v; want 1 (key layout changed?)", name, n, err)
+			}
+		},
+	},
+}
+
+// fixture is one backend's server and URL, for the cases.
+type fixture struct {
+	b   backend
+	srv *testenv.Server
+	url string
+}
+
+var lockSeq atomic.Int64
+
+// lockName returns a name no other test uses.
+func (f *fixture) lockName(t *testing.T) string {
+	return fmt.Sprintf("cmdtest/%s/%d-%d", strings.ReplaceAll(t.Name(), "/", "."), os.Getpid(), lockSeq.Add(1))
+}
+
+// start starts "dlock run -url URL flags NAME -- helper" with the helper
+// writing to dir as id; jobKV are JOB_* settings.
+func (f *fixture) start(t *testing.T, ctx context.Context, name, dir, id string, jobKV []string, flags ...string) *dlockProc {
+	t.Helper()
+	args := append([]string{"run", "-url", f.url}, flags...)
+	args = append(append(args, name), jobCommand()...)
+	return startDlock(t, ctx, jobEnv(dir, id, jobKV...), args...)
+}
+
+// status runs "dlock status -json" on name.
+func (f *fixture) status(t *testing.T, ctx context.Context, name string) statusReport {
+	t.Helper()
+	code, stdout, stderr := runDlock(t, ctx, nil, "status", "-json", "-url", f.url, name)
+	if code != 0 {
+		t.Fatalf("dlock status: status %d, stderr %q", code, stderr)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("dlock status -json: %v\n%s", err, stdout)
+	}
+	return rep
+}
+
+// caps returns the backend's capabilities for the URL.
+func (f *fixture) caps(t *testing.T, ctx context.Context) dlock.Capabilities {
+	t.Helper()
+	l, err := dlock.Open(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Capabilities()
+}
+
+// crashBound is how long after its holder died the lock is free at the
+// latest, by the backend's own declaration.
+func (f *fixture) crashBound(t *testing.T, ctx context.Context) time.Duration {
+	switch d := f.caps(t, ctx).ReleaseOnCrash; d {
+	case driver.ReleaseAfterTTL:
+		return f.b.ttl
+	default:
+		return d
+	}
+}
+
+// slack absorbs scheduling noise on a loaded machine in the time bounds.
+const slack = 5 * time.Second
+
+func TestBackends(t *testing.T) {
+	cases := []struct {
+		name string
+		f    func(t *testing.T, f *fixture)
+	}{
+		{"NoWaitRace", testNoWaitRace},
+		{"WaitSerializes", testWaitSerializes},
+		{"WaitTimeoutAndInterrupt", testWaitTimeoutAndInterrupt},
+		{"ExitStatusAndEnv", testExitStatusAndEnv},
+		{"SignalsForwarded", testSignalsForwarded},
+		{"Status", testStatus},
+		{"LostLeaseTerminates", testLostLeaseTerminates},
+		{"LostLeaseKillsAfterGrace", testLostLeaseKillsAfterGrace},
+		{"CrashFreesLock", testCrashFreesLock},
+		{"Unreachable", testUnreachable},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			if !slices.Contains(dlock.Schemes(), b.scheme) {
+				t.Fatalf("scheme %s is not compiled into dlock (drivers.go)", b.scheme)
+			}
+			srv := b.server(t)
+			f := &fixture{b: b, srv: srv, url: b.url(srv)}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) { c.f(t, f) })
+			}
+		})
+	}
+}
+
+// testNoWaitRace: two "dlock run -no-wait" at once: exactly one runs
+// COMMAND, the other exits 75 at once with a one-line message.
+func testNoWaitRace(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	procs := map[string]*dlockProc{
+		"a": f.start(t, ctx, name, dir, "a", nil, "-no-wait"),
+		"b": f.start(t, ctx, name, dir, "b", nil, "-no-wait"),
+	}
+	var loser string
+	select {
+	case <-procs["a"].done:
+		loser = "a"
+	case <-procs["b"].done:
+		loser = "b"
+	case <-ctx.Done():
+		t.Fatal("neither dlock -no-wait exited: both running COMMAND?")
+	}
+	winner := map[string]string{"a": "b", "b": "a"}[loser]
+	if code := procs[loser].code; code != exitBusy {
+		t.Fatalf("first dlock to exit (%s): status %d, want %d (busy); stderr %q", loser, code, exitBusy, procs[loser].stderr)
+	}
+	oneLineMsg(t, procs[loser].stderr.String(), fmt.Sprintf("lock %q is busy", name))
+	procs[winner].waitStarted(t, ctx, dir, winner)
+	if fileExists(filepath.Join(dir, "started."+loser)) {
+		t.Errorf("the busy dlock (%s) ran COMMAND too", loser)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := procs[winner].wait(t, time.Until(deadline(ctx))); code != 0 {
+		t.Errorf("winner: status %d, want 0; stderr %q", code, procs[winner].stderr)
+	}
+	if fileExists(filepath.Join(dir, "overlap")) {
+		t.Error("two COMMANDs overlapped")
+	}
+	// Released: the next -no-wait gets it at once.
+	c := f.start(t, ctx, name, dir, "c", []string{envHold + "=0s"}, "-no-wait")
+	if code := c.wait(t, time.Until(deadline(ctx))); code != 0 {
+		t.Errorf("after release: status %d, want 0; stderr %q", code, c.stderr)
+	}
+}
+
+// testWaitSerializes: dlocks that wait run COMMAND one after the other,
+// never overlapping, and each gets a larger fencing token.
+func testWaitSerializes(t *testing.T, f *fixture) {
+	ctx := testCtx(t, 2*time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	ids := []string{"a", "b", "c"}
+	var procs []*dlockProc
+	for _, id := range ids {
+		procs = append(procs, f.start(t, ctx, name, dir, id, []string{envHold + "=300ms"}, "-wait", "90s"))
+	}
+	for i, p := range procs {
+		if code := p.wait(t, time.Until(deadline(ctx))); code != 0 {
+			t.Errorf("dlock %s: status %d, want 0; stderr %q", ids[i], code, p.stderr)
+		}
+	}
+	if fileExists(filepath.Join(dir, "overlap")) {
+		t.Fatal("two COMMANDs overlapped")
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The log must read start X, end X, start Y, end Y, ... with times
+	// increasing and tokens increasing from one start to the next.
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	if len(lines) != 2*len(ids) {
+		t.Fatalf("log has %d lines, want %d:\n%s", len(lines), 2*len(ids), log)
+	}
+	fencing := f.caps(t, ctx).Fencing
+	var lastTime, lastToken int64
+	for i := 0; i < len(lines); i += 2 {
+		s, e := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(s) != 4 || s[0] != "start" || len(e) != 3 || e[0] != "end" || s[1] != e[1] {
+			t.Fatalf("log is not start/end pairs:\n%s", log)
+		}
+		st, _ := strconv.ParseInt(s[2], 10, 64)
+		et, _ := strconv.ParseInt(e[2], 10, 64)
+		tok, _ := strconv.ParseInt(s[3], 10, 64)
+		if st < lastTime || et < st {
+			t.Errorf("intervals overlap or go backwards:\n%s", log)
+		}
+		if fencing && tok <= lastToken {
+			t.Errorf("token %d of %s is not above the previous holder's %d", tok, s[1], lastToken)
+		}
+		lastTime, lastToken = et, tok
+	}
+}
+
+// testWaitTimeoutAndInterrupt: -wait D gives up with 75 after D; a signal
+// ends a waiting dlock with 128+N; neither runs COMMAND.
+func testWaitTimeoutAndInterrupt(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	holder := f.start(t, ctx, name, dir, "holder", nil)
+	holder.waitStarted(t, ctx, dir, "holder")
+
+	t0 := time.Now()
+	code, _, stderr := runDlock(t, ctx, jobEnv(dir, "timeout"), append([]string{"run", "-url", f.url, "-wait", "700ms", name}, jobCommand()...)...)
+	if elapsed := time.Since(t0); code != exitBusy || elapsed < 700*time.Millisecond {
+		t.Errorf("-wait 700ms: status %d after %v, want %d after at least 700ms; stderr %q", code, elapsed, exitBusy, stderr)
+	}
+	oneLineMsg(t, stderr, fmt.Sprintf("gave up waiting for lock %q after 700ms", name))
+
+	w := f.start(t, ctx, name, dir, "interrupted", nil)
+	time.Sleep(500 * time.Millisecond) // let it connect and wait
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t, 15*time.Second); code != 128+int(syscall.SIGINT) {
+		t.Errorf("SIGINT while waiting: status %d, want %d; stderr %q", code, 128+int(syscall.SIGINT), w.stderr)
+	}
+	oneLineMsg(t, w.stderr.String(), "interrupted by interrupt while waiting")
+	for _, id := range []string{"timeout", "interrupted"} {
+		if fileExists(filepath.Join(dir, "started."+id)) {
+			t.Errorf("dlock %s ran COMMAND", id)
+		}
+	}
+	if holder.exited() {
+		t.Fatalf("holder exited early: status %d, stderr %q", holder.code, holder.stderr)
+	}
+	os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
+	if code := holder.wait(t, time.Until(deadline(ctx))); code != 0 {
+		t.Errorf("holder: status %d; stderr %q", code, holder.stderr)
+	}
+}
+
+// testExitStatusAndEnv: COMMAND's status is dlock's; COMMAND sees
+// DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL without the password.
+func testExitStatusAndEnv(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	for _, want := range []int{0, 1, 42} {
+		id := fmt.Sprint("exit", want)
+		p := f.start(t, ctx, name, dir, id, []string{envHold + "=0s", envExit + "=" + fmt.Sprint(want)}, "-no-wait")
+		if code := p.wait(t, time.Until(deadline(ctx))); code != want {
+			t.Errorf("COMMAND exited %d: dlock status %d; stderr %q", want, code, p.stderr)
+		}
+		if s := p.stderr.String(); s != "" {
+			t.Errorf("COMMAND exited %d: dlock printed %q", want, s)
+		}
+	}
+	env := waitFile(t, ctx, filepath.Join(dir, "env.exit42"))
+	vars := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(env), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		vars[k] = v
+	}
+	if vars[envName] != name {
+		t.Errorf("DLOCK_NAME = %q, want %q", vars[envName], name)
+	}
+	if tok, err := strconv.ParseUint(vars[envToken], 10, 64); err != nil || tok == 0 {
+		t.Errorf("DLOCK_TOKEN = %q, want a positive integer", vars[envToken])
+	}
+	if vars[envURL] != driver.Redact(f.url) || strings.Contains(vars[envURL], testenv.Password) {
+		t.Errorf("DLOCK_URL = %q, want %q (no password)", vars[envURL], driver.Redact(f.url))
+	}
+	// A status of 128+N for a COMMAND killed by signal N.
+	code, _, stderr := runDlock(t, ctx, nil, "run", "-url", f.url, "-no-wait", name, "--", "sh", "-c", "kill -TERM $$")
+	if code != 128+int(syscall.SIGTERM) {
+		t.Errorf("COMMAND killed by SIGTERM: status %d, want 143; stderr %q", code, stderr)
+	}
+}
+
+// testSignalsForwarded: signals to dlock reach COMMAND; the lock is
+// released once COMMAND has exited.
+func testSignalsForwarded(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		dir, name := t.TempDir(), f.lockName(t)
+		p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=die"})
+		p.waitStarted(t, ctx, dir, "job")
+		// USR1 is recorded and ignored by the job; then sig kills it.
+		p.cmd.Process.Signal(syscall.SIGUSR1)
+		for !strings.Contains(readFile(filepath.Join(dir, "sig.job")), syscall.SIGUSR1.String()) {
+			if ctx.Err() != nil {
+				t.Fatalf("SIGUSR1 not forwarded to COMMAND")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		p.cmd.Process.Signal(sig)
+		if code := p.wait(t, 15*time.Second); code != 128+int(sig) {
+			t.Errorf("%v to dlock: status %d, want %d; stderr %q", sig, code, 128+int(sig), p.stderr)
+		}
+		if got := readFile(filepath.Join(dir, "sig.job")); !strings.Contains(got, sig.String()) {
+			t.Errorf("COMMAND's signals: %q, want %v", got, sig)
+		}
+		// Released after COMMAND exited.
+		q := f.start(t, ctx, name, dir, "next", []string{envHold + "=0s"}, "-no-wait")
+		if code := q.wait(t, time.Until(deadline(ctx))); code != 0 {
+			t.Errorf("after %v: next -no-wait status %d, want 0; stderr %q", sig, code, q.stderr)
+		}
+	}
+}
+
+// testStatus: dlock status tells a held lock from a free one and, where
+// the backend knows, the holder and the fence.
+func testStatus(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	if rep := f.status(t, ctx, name); rep.Held == nil || *rep.Held {
+		t.Errorf("before: held = %v, want false", ptrStr(rep.Held))
+	}
+	p := f.start(t, ctx, name, dir, "job", nil)
+	p.waitStarted(t, ctx, dir, "job")
+	env := readFile(filepath.Join(dir, "env.job"))
+	rep := f.status(t, ctx, name)
+	if rep.Held == nil || !*rep.Held {
+		t.Errorf("while held: held = %v, want true", ptrStr(rep.Held))
+	}
+	if rep.Owner != nil && !strings.HasSuffix(*rep.Owner, fmt.Sprintf("/%d", p.cmd.Process.Pid)) {
+		t.Errorf("owner = %q, want host/%d", *rep.Owner, p.cmd.Process.Pid)
+	}
+	if rep.Fence != nil && !strings.Contains(env, fmt.Sprintf("%s=%d\n", envToken, *rep.Fence)) {
+		t.Errorf("fence = %d, COMMAND's environment:\n%s", *rep.Fence, env)
+	}
+	t.Logf("status while held: held=%s owner=%s ttl_ms=%s fence=%s waiters=%s",
+		ptrStr(rep.Held), ptrStr(rep.Owner), ptrStr(rep.TTLMillis), ptrStr(rep.Fence), ptrStr(rep.Waiters))
+	code, text, stderr := runDlock(t, ctx, nil, "status", "-url", f.url, name)
+	if code != 0 || !strings.Contains(text, "held:    yes") {
+		t.Errorf("dlock status: %d, %q, stderr %q", code, text, stderr)
+	}
+	os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
+	if code := p.wait(t, time.Until(deadline(ctx))); code != 0 {
+		t.Errorf("holder: status %d; stderr %q", code, p.stderr)
+	}
+	if rep := f.status(t, ctx, name); rep.Held == nil || *rep.Held {
+		t.Errorf("after: held = %v, want false", ptrStr(rep.Held))
+	}
+}
+
+// testLostLeaseTerminates: when the server drops the lease, COMMAND gets
+// SIGTERM and dlock exits 76 saying the lock was lost.
+func testLostLeaseTerminates(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=exit"}, "-ttl", f.b.ttl.String(), "-grace", "20s")
+	p.waitStarted(t, ctx, dir, "job")
+	t0 := time.Now()
+	f.b.revoke(t, ctx, f.srv, name)
+	code := p.wait(t, time.Until(deadline(ctx)))
+	elapsed := time.Since(t0)
+	if code != exitLost {
+		t.Fatalf("status %d, want %d (lost); stderr %q", code, exitLost, p.stderr)
+	}
+	if got := readFile(filepath.Join(dir, "sig.job")); strings.TrimSpace(got) != syscall.SIGTERM.String() {
+		t.Errorf("COMMAND's signals: %q, want only SIGTERM", got)
+	}
+	stderr := p.stderr.String()
+	if !strings.Contains(stderr, fmt.Sprintf("lock %q lost while COMMAND was running", name)) || !strings.Contains(stderr, "was lost; COMMAND was terminated") {
+		t.Errorf("stderr = %q, want it to say the lock was lost", stderr)
+	}
+	if strings.Contains(stderr, "SIGKILL\n") {
+		t.Errorf("COMMAND exited on SIGTERM, yet dlock sent SIGKILL: %q", stderr)
+	}
+	// Noticed within a refresh interval (TTL/3) or the driver's loss signal.
+	if bound := f.b.ttl + slack; elapsed > bound {
+		t.Errorf("loss noticed after %v, want within %v", elapsed, bound)
+	}
+	t.Logf("loss noticed and COMMAND terminated %v after the revoke", elapsed.Round(time.Millisecond))
+}
+
+// testLostLeaseKillsAfterGrace: a COMMAND that ignores SIGTERM gets
+// SIGKILL -grace later.
+func testLostLeaseKillsAfterGrace(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	const grace = 700 * time.Millisecond
+	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=ignore"}, "-ttl", f.b.ttl.String(), "-grace", grace.String())
+	pid := p.waitStarted(t, ctx, dir, "job")
+	f.b.revoke(t, ctx, f.srv, name)
+	sigFile := filepath.Join(dir, "sig.job")
+	waitFile(t, ctx, sigFile)
+	termAt := time.Now()
+	code := p.wait(t, time.Until(deadline(ctx)))
+	if code != exitLost {
+		t.Fatalf("status %d, want %d (lost); stderr %q", code, exitLost, p.stderr)
+	}
+	if d := time.Since(termAt); d < grace-50*time.Millisecond {
+		t.Errorf("killed %v after SIGTERM, want at least -grace %v", d, grace)
+	}
+	if !strings.Contains(p.stderr.String(), "sending SIGKILL") {
+		t.Errorf("stderr = %q, want it to say SIGKILL was sent", p.stderr)
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(pid)); alive(n) {
+		t.Errorf("COMMAND (pid %d) still alive", n)
+	}
+}
+
+// testCrashFreesLock: a holder dlock killed with SIGKILL takes COMMAND
+// with it (Linux), and the lock is free within the backend's bound.
+func testCrashFreesLock(t *testing.T, f *fixture) {
+	ctx := testCtx(t, 2*time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	bound := f.crashBound(t, ctx)
+	p := f.start(t, ctx, name, dir, "holder", nil, "-ttl", f.b.ttl.String())
+	pid, _ := strconv.Atoi(strings.TrimSpace(p.waitStarted(t, ctx, dir, "holder")))
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	p.wait(t, 10*time.Second)
+	for alive(pid) {
+		if time.Since(t0) > 10*time.Second {
+			t.Fatalf("COMMAND (pid %d) outlived its dlock by 10s", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	os.Remove(filepath.Join(dir, "inside")) // the killed COMMAND's overlap marker
+	q := f.start(t, ctx, name, dir, "next", []string{envHold + "=0s"}, "-wait", (bound + 2*slack).String())
+	q.waitStarted(t, ctx, dir, "next")
+	elapsed := time.Since(t0)
+	if code := q.wait(t, time.Until(deadline(ctx))); code != 0 {
+		t.Fatalf("next: status %d; stderr %q", code, q.stderr)
+	}
+	if elapsed > bound+slack {
+		t.Errorf("lock free %v after its holder died, want within the backend's bound %v (+%v)", elapsed, bound, slack)
+	}
+	t.Logf("lock free %v after its holder was killed (declared bound %v)", elapsed.Round(time.Millisecond), bound)
+}
+
+// testUnreachable: a service that cannot be reached or refuses the
+// credentials gives status 69 and one line without the password.
+func testUnreachable(t *testing.T, f *fixture) {
+	ctx := testCtx(t, time.Minute)
+	bad := strings.Replace(f.url, f.srv.Addr, "127.0.0.1:1", 1)
+	code, _, stderr := runDlock(t, ctx, nil, "run", "-url", bad, "-no-wait", f.lockName(t), "--", "true")
+	if code != exitUnavailable {
+		t.Errorf("unreachable: status %d, want %d; stderr %q", code, exitUnavailable, stderr)
+	}
+	oneLineMsg(t, stderr, "")
+	if strings.Contains(stderr, testenv.Password) {
+		t.Errorf("stderr shows the password: %q", stderr)
+	}
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// alive reports whether pid runs (a zombie is dead; one left to this
+// process, the child subreaper testenv makes it, is reaped here).
+func alive(pid int) bool {
+	var ws syscall.WaitStatus
+	if wpid, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); wpid == pid {
+		return false
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return false
+		}
+		return true
+	}
+	return syscall.Kill(pid, 0) == nil
+}
+
+func deadline(ctx context.Context) time.Time {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Now().Add(time.Minute)
+	}
+	return dl
+}
+
+func ptrStr[T any](p *T) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
+}

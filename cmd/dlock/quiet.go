@@ -1,0 +1,19 @@
+package main
+
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The client libraries log connection retries and the like to standard
+// error on their own. dlock's contract is one line on standard error for
+// each outcome of its own, so their loggers are silenced: every failure
+// that matters reaches dlock as an error and is reported once.
+func init() {
+	goredis.SetLogger(quietLogger{})
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
