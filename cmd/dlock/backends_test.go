@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testenv"
@@ -51,7 +53,38 @@ var backends = []backend{
 			}
 		},
 	},
+	{
+		name:   "zookeeper",
+		scheme: "zk",
+		server: func(t *testing.T) *testenv.Server { return testenv.ZooKeeper(t) },
+		// A 2s session: a crashed holder's node goes 2s after its last ping.
+		url: func(s *testenv.Server) string { return s.URL + "/dlock?session_timeout=2s" },
+		ttl: 2 * time.Second,
+		revoke: func(t *testing.T, ctx context.Context, s *testenv.Server, name string) {
+			// Delete the holder's node, as an administrator would: the
+			// zookeeper driver documents /prefix/<escaped name>/<child>.
+			c, _, err := zk.Connect(strings.Split(s.DSN, ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			parent := "/dlock/" + strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
+			kids, _, err := c.Children(parent)
+			if err != nil || len(kids) == 0 {
+				t.Fatalf("revoke: children of %s: %v, %v", parent, kids, err)
+			}
+			for _, k := range kids {
+				if err := c.Delete(parent+"/"+k, -1); err != nil {
+					t.Fatalf("revoke: delete %s: %v", k, err)
+				}
+			}
+		},
+	},
 }
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}
 
 // fixture is one backend's server and URL, for the cases.
 type fixture struct {

@@ -4,4 +4,5 @@ package main
 import (
 	_ "github.com/dlock-go/dlock/memory"
 	_ "github.com/dlock-go/dlock/redis"
+	_ "github.com/dlock-go/dlock/zookeeper"
 )
