@@ -180,7 +180,7 @@ func analyse(h *History, cfg Config) *Result {
 		res.RecoveryP50, res.RecoveryMax = s[(n-1)/2], s[n-1]
 	}
 
-	checkFenced(h, res)
+	checkFenced(h, res, cfg.Target.Caps.Fencing, cfg.Dir, cfg.checkTimeout())
 	res.Failures = failures(res)
 	return res
 }
@@ -192,7 +192,7 @@ func isUpNote(s string) bool {
 // failures lists what the short mode asserts and this run broke.
 func failures(r *Result) []string {
 	var out []string
-	if r.FencedViolations > 0 {
+	if r.FencedViolations > 0 && !r.Unsafe {
 		out = append(out, fmt.Sprintf("%d fenced violations", r.FencedViolations))
 	}
 	if r.SignalExpected && r.Signalled < r.Lost {

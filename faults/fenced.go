@@ -1,5 +1,10 @@
 package faults
 
+import (
+	"errors"
+	"time"
+)
+
 // fencedRegister is the protected resource: it accepts a write only with a
 // token at least as high as every token it accepted before.
 //
@@ -10,16 +15,18 @@ type fencedRegister struct{ max uint64 }
 func newRegister() fencedRegister { return fencedRegister{} }
 
 // Write reports whether a write with token was accepted.
-func (r *fencedRegister) Write(token uint64) bool {
+func (r *fencedRegister) Write(token uint64, _ any) error {
 	if token < r.max {
-		return false
+		return errStale
 	}
 	r.max = token
-	return true
+	return nil
 }
 
+var errStale = errors.New("faults: stale token")
+
 // checkFenced runs the fenced-mutex checker over h.
-func checkFenced(h *History, res *Result) {
+func checkFenced(h *History, res *Result, fencing bool, dir string, timeout time.Duration) {
 	res.FencedViolations = -1
 	res.FencedNote = "conformance checker not available yet"
 }

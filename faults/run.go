@@ -49,6 +49,18 @@ type Config struct {
 	Name string
 	// Logf, when set, receives progress lines.
 	Logf func(format string, args ...any)
+	// Dir receives porcupine's visualisation of a failing history
+	// ("": the temporary directory).
+	Dir string
+	// CheckTimeout bounds the linearizability search (default 30s).
+	CheckTimeout time.Duration
+}
+
+func (c *Config) checkTimeout() time.Duration {
+	if c.CheckTimeout <= 0 {
+		return 30 * time.Second
+	}
+	return c.CheckTimeout
 }
 
 func (c *Config) acquireTimeout() time.Duration { return max(2*time.Second, 4*c.TTL) }
@@ -110,7 +122,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r := &run{
 		cfg:       cfg,
 		t0:        time.Now(),
-		reg:       newRegister(),
 		stop:      make(chan struct{}),
 		clients:   make(map[int]*client),
 		upstreams: append([]string(nil), cfg.Target.Upstreams...),
@@ -378,7 +389,7 @@ func (r *run) ret(c *client, m msg, now int64) {
 func (r *run) write(c *client, m msg, now int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ok := r.reg.Write(m.Token)
+	ok := r.reg.Write(m.Token, c.id) == nil
 	r.hist.Ops = append(r.hist.Ops, Op{Client: c.id, Kind: "write", Lease: m.Lease, Call: now, Return: now, OK: ok, Token: m.Token})
 	return ok
 }

@@ -147,6 +147,7 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 			cfg := Config{
 				Target: t, Fault: f, Clients: opts.Clients, TTL: opts.TTL,
 				Duration: opts.Duration, Every: opts.Every, Name: name, Logf: opts.Logf,
+				Dir: opts.Dir,
 			}
 			if f.Name == "none" {
 				cfg.Fault = nil
