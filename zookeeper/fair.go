@@ -82,16 +82,28 @@ type attempt struct {
 	node    string // our node's path once known
 	name    string // its last element
 	seq     int64
-	sid     int64               // the session the node belongs to
-	unknown bool                // a create may have been applied without a reply
-	pending chan result[string] // a create still in flight when ctx ended
+	sid     int64                // the session the node belongs to
+	unknown bool                 // a create may have been applied without a reply
+	czxid   int64                // our node's czxid (0: unknown)
+	pending chan result[created] // a create still in flight when ctx ended
+}
+
+// created is the outcome of the create.
+type created struct {
+	path  string
+	czxid int64
+	alone bool // the parent had no other child right after the create
 }
 
 // view is a listing of the queue that contains our node.
 type view struct {
 	below []queued        // nodes ahead of ours, ascending
-	stat  *zk.Stat        // the parent's stat at the listing
 	ch    <-chan zk.Event // the child watch the listing set
+	// listing, when set, is a pipelined listing not waited for: the create
+	// found our node alone, so it holds the lock; the listing's child
+	// watch becomes the lease's.
+	listing <-chan result[childList]
+	alone   bool
 }
 
 type childList struct {
@@ -131,7 +143,7 @@ func (l *locker) fairAcquire(ctx context.Context, req driver.Request, wait bool)
 }
 
 func (a *attempt) setNode(path string, sid int64) {
-	a.node, a.sid, a.unknown = path, sid, false
+	a.node, a.sid, a.unknown, a.czxid = path, sid, false, 0
 	a.name = path[strings.LastIndexByte(path, '/')+1:]
 	_, a.seq, _ = parseChild(a.name)
 }
@@ -154,20 +166,34 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 	for {
 		if a.node == "" && !a.unknown {
 			sid := c.SessionID()
-			cr := make(chan result[string], 1)
+			cr := make(chan result[created], 1)
 			lr := make(chan result[childList], 1)
 			sent := make(chan struct{})
 			go func() {
-				close(sent)
-				p, err := c.Create(a.parent+"/"+childPrefix(a.guid), a.data, zk.FlagEphemeralSequential, l.cfg.acl)
-				cr <- result[string]{p, err}
+				if l.pipeline {
+					close(sent)
+				}
+				// A multi, so that the reply carries our czxid: the parent's
+				// mzxid after the setData of the same transaction.
+				r, err := c.Multi(
+					&zk.CreateRequest{Path: a.parent + "/" + childPrefix(a.guid), Data: a.data, Acl: l.cfg.acl, Flags: zk.FlagEphemeralSequential},
+					&zk.SetDataRequest{Path: a.parent, Version: -1})
+				if err != nil {
+					cr <- result[created]{err: err}
+					return
+				}
+				cr <- result[created]{v: created{path: r[0].String, czxid: r[1].Stat.Mzxid, alone: r[1].Stat.NumChildren == 1}}
 			}()
-			<-sent
-			go func() {
-				k, st, ch, err := c.ChildrenW(a.parent)
-				lr <- result[childList]{childList{k, st, ch}, err}
-			}()
-			var r result[string]
+			if l.pipeline {
+				<-sent
+				go func() {
+					k, st, ch, err := c.ChildrenW(a.parent)
+					lr <- result[childList]{childList{k, st, ch}, err}
+				}()
+			} else {
+				lr = nil
+			}
+			var r result[created]
 			select {
 			case r = <-cr:
 			case <-ctx.Done():
@@ -176,7 +202,16 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 			}
 			switch {
 			case r.err == nil:
-				a.setNode(r.v, sid)
+				a.setNode(r.v.path, sid)
+				a.czxid = r.v.czxid
+				if r.v.alone {
+					// No child but ours in the transaction that created it:
+					// ours is the lowest, and every later one is higher.
+					return view{listing: lr, alone: true}, nil
+				}
+				if lr == nil {
+					break // list below
+				}
 				select {
 				case lres := <-lr:
 					if lres.err == nil {
@@ -252,7 +287,7 @@ func (a *attempt) view(r childList) (view, bool) {
 	if a.node == "" || a.l.conn.SessionID() != a.sid || !slices.Contains(r.kids, a.name) {
 		return view{}, false
 	}
-	v := view{stat: r.st, ch: r.ch}
+	v := view{ch: r.ch}
 	for _, q := range sortQueue(r.kids) {
 		if q.name == a.name {
 			break
@@ -270,13 +305,16 @@ func (a *attempt) view(r childList) (view, bool) {
 }
 
 // grantListed grants the lock to a node that a listing found lowest. The
-// token is the node's czxid. When the parent's cversion shows that no child
-// came or went after our create, the parent's pzxid is that czxid and no
-// further round trip is needed; otherwise one getData reads it.
+// token is our czxid from the create's reply; only a node recovered by GUID
+// after a lost reply needs a getData for it.
 func (a *attempt) grantListed(ctx context.Context, v view) (driver.Lease, error) {
-	if v.stat != nil && v.ch != nil && int64(v.stat.Cversion) == a.seq+1 {
-		return a.grant(v.stat.Pzxid, v.ch)
+	if a.czxid != 0 && v.alone {
+		return a.grantWatch(a.czxid, nil, v.listing)
 	}
+	if a.czxid != 0 && v.ch != nil {
+		return a.grant(a.czxid, v.ch)
+	}
+	a.l.slowGrants.Add(1)
 	d, err := getW(ctx, a.l.conn, a.node)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, errRequeue
@@ -290,12 +328,16 @@ func (a *attempt) grantListed(ctx context.Context, v view) (driver.Lease, error)
 // grant turns our node into a lease; watch is a child watch on the parent
 // or a data watch on the node.
 func (a *attempt) grant(czxid int64, watch <-chan zk.Event) (driver.Lease, error) {
+	return a.grantWatch(czxid, watch, nil)
+}
+
+func (a *attempt) grantWatch(czxid int64, watch <-chan zk.Event, listing <-chan result[childList]) (driver.Lease, error) {
 	if a.l.conn.SessionID() != a.sid {
 		return nil, errRequeue // a waiter whose session expired is never granted
 	}
 	ls := a.l.newLease(a.node, a.sid, czxid, false, 0)
 	a.node = "" // the lease owns it now
-	ls.start(watch)
+	ls.startListing(watch, listing)
 	return ls, nil
 }
 
@@ -387,9 +429,12 @@ func (a *attempt) wait(ctx context.Context, below []queued) (driver.Lease, error
 			}
 			below = below[:len(below)-1]
 			if len(below) > 0 {
+				a.l.waitRelists.Add(1)
 				if below, err = a.relist(ctx); err != nil {
 					return nil, err
 				}
+			} else {
+				a.l.fastGrants.Add(1)
 			}
 		case ev := <-ppCh:
 			delete(watched, pp)
@@ -518,7 +563,7 @@ func (a *attempt) abandon(ctx context.Context) {
 		select {
 		case r := <-a.pending:
 			if r.err == nil {
-				a.setNode(r.v, a.sid)
+				a.setNode(r.v.path, a.sid)
 			} else if errors.Is(r.err, zk.ErrConnectionClosed) {
 				a.unknown = true
 			}

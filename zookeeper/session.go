@@ -35,6 +35,7 @@ type session struct {
 	sid       int64     // session id last seen established
 	downSince time.Time // user's connection: when it was first seen down
 	ended     bool      // closeAll was called
+	nextCheck time.Time // when run checks next
 }
 
 // pollEvery is how often the session state is polled when no event
@@ -176,6 +177,7 @@ func (s *session) run(stop <-chan struct{}) {
 		if dl, ok := s.deadlineLocked(); ok && len(s.leases) > 0 {
 			next = min(next, max(dl.Sub(now), time.Millisecond))
 		}
+		s.nextCheck = now.Add(next)
 		s.mu.Unlock()
 		timer.Reset(next)
 		select {
@@ -229,7 +231,9 @@ func (s *session) register(ls *lease) {
 		return
 	}
 	s.leases[ls] = struct{}{}
-	s.signal() // the deadline timer may have to be armed
+	if dl, ok := s.deadlineLocked(); ok && dl.Before(s.nextCheck) {
+		s.signal() // the deadline timer must be armed sooner
+	}
 }
 
 func (s *session) unregister(ls *lease) {

@@ -267,15 +267,21 @@ type locker struct {
 	cfg    config
 	cfgErr error
 	s      *session
+	// pipeline sends a getChildren with each create, so that a contended
+	// acquire learns its place without another round trip.
+	pipeline bool
 
 	done chan struct{} // closed by Close
 	once sync.Once
 	wg   sync.WaitGroup
 
 	// Counters for tests and benchmarks.
-	recovered  atomic.Int64 // creates whose reply was lost, found again by GUID
-	strays     atomic.Int64 // second nodes of one attempt, deleted
-	relistings atomic.Int64 // pipelined listings that missed our node
+	recovered   atomic.Int64 // creates whose reply was lost, found again by GUID
+	strays      atomic.Int64 // second nodes of one attempt, deleted
+	relistings  atomic.Int64 // pipelined listings that missed our node
+	slowGrants  atomic.Int64 // grants that needed a getData for the token
+	fastGrants  atomic.Int64 // waiters granted on the predecessor's deletion event
+	waitRelists atomic.Int64 // waiters that listed again on it
 
 	jmu     sync.Mutex
 	orphans []orphan      // nodes to delete in the background
