@@ -90,11 +90,7 @@ func analyse(h *History, cfg Config) *Result {
 	} else {
 		res.Fault, res.SignalExpected = "none", true
 	}
-	for _, e := range h.Events {
-		if e.Detail != "SIGCONT" && e.Detail != "healed" && !isUpNote(e.Detail) {
-			res.Injections++
-		}
-	}
+	res.Injections = h.Injections
 	res.Ops = len(h.Ops)
 	for _, op := range h.Ops {
 		switch {
@@ -157,7 +153,7 @@ func analyse(h *History, cfg Config) *Result {
 	// Recovery after a holder died.
 	res.RecoveryBound = crashBound(cfg.Target.Caps, cfg.TTL)
 	res.RecoverySlack = slack(cfg.TTL)
-	res.RecoveryAsserted = f != nil && (f.Name == "kill" || (f.Name == "pause" && !cfg.Target.Caps.SessionBound))
+	res.RecoveryAsserted = f != nil && (f.Name == "kill" || ((f.Name == "pause" || f.Name == "mixed") && !cfg.Target.Caps.SessionBound))
 	for _, e := range h.Events {
 		if !e.recover {
 			continue
@@ -185,10 +181,6 @@ func analyse(h *History, cfg Config) *Result {
 	return res
 }
 
-func isUpNote(s string) bool {
-	return len(s) > 3 && (s[len(s)-3:] == " up")
-}
-
 // failures lists what the short mode asserts and this run broke.
 func failures(r *Result) []string {
 	var out []string
@@ -206,6 +198,9 @@ func failures(r *Result) []string {
 		if r.RecoveryMissing > 0 {
 			out = append(out, fmt.Sprintf("%d holder deaths were not followed by a grant before the run ended", r.RecoveryMissing))
 		}
+	}
+	if r.Injections == 0 && r.Fault != "none" && r.Fault != "" {
+		out = append(out, "the fault was never injected")
 	}
 	if r.Grants == 0 {
 		out = append(out, "no grant at all")

@@ -27,7 +27,7 @@ func TestAnalyse(t *testing.T) {
 	h := &History{
 		Leases: []*LeaseRec{a, b, c, d, e, f},
 		Events: []Event{{At: 700 * ms, Fault: "kill", Client: 9, recover: true}},
-		End:    2000 * ms,
+		End:    2000 * ms, Injections: 1,
 	}
 	caps := driver.Capabilities{ReleaseOnCrash: driver.ReleaseAfterTTL}
 	cfg := Config{Target: &Target{Backend: "test", Caps: caps}, Fault: FaultByName("kill"), TTL: 100 * time.Millisecond}

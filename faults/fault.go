@@ -53,7 +53,7 @@ func (f *Fault) Expected(caps driver.Capabilities) (signalled bool, why string) 
 	switch {
 	case f.Unsafe:
 		return false, "documented unsafe: the server forgets the grant"
-	case f.Name == "pause" && caps.SessionBound:
+	case (f.Name == "pause" || f.Name == "mixed") && caps.SessionBound:
 		return false, "a paused holder cannot see its session expire; the fencing token protects the resource"
 	}
 	return true, ""
@@ -205,29 +205,20 @@ func Catalogue() []*Fault {
 		},
 		{
 			Name:    "early-expiry",
-			Doc:     "the lock key expires early (PEXPIRE 1: a clock jump) on one node, and on every other injection on a majority of nodes at once, which Redlock does not survive",
+			Doc:     "the lock key expires early (PEXPIRE 1: a clock jump) on one node; Redlock's quorum must absorb it",
 			Applies: func(t *Target) bool { return t.Hooks.ExpireEarly != nil },
+			Inject:  func(ctx context.Context, x *Injection) error { return expireOn(ctx, x, "early-expiry", 1) },
+		},
+		{
+			Name:    "early-expiry-majority",
+			Doc:     "the lock key expires early on a majority of nodes at once (clock jumps on most nodes), which Redlock does not survive",
+			Applies: func(t *Target) bool { return t.Hooks.ExpireEarly != nil && t.Hooks.Servers > 1 },
 			Inject: func(ctx context.Context, x *Injection) error {
-				h := x.Target().Hooks
-				n := max(h.Servers, 1)
-				k := 1
-				if x.next()%2 == 1 {
-					k = n/2 + 1
-				}
-				first := rand.N(n)
-				var nodes []int
-				for j := range k {
-					i := (first + j) % n
-					nodes = append(nodes, i)
-					if err := h.ExpireEarly(ctx, i, x.Name()); err != nil {
-						return err
-					}
-				}
-				x.Note("early-expiry", fmt.Sprintf("lock key expired on node(s) %v of %d", nodes, n))
-				return nil
+				return expireOn(ctx, x, "early-expiry-majority", x.Target().Hooks.Servers/2+1)
 			},
 			Unsafe: true,
 		},
+		mixed(),
 		{
 			Name:    "evict",
 			Doc:     "the server is filled with junk keys under maxmemory with an evicting policy (allkeys-random), so the lock key and its fence counter may be evicted",
@@ -245,6 +236,45 @@ func Catalogue() []*Fault {
 				return x.Target().Hooks.Failover(ctx, x)
 			},
 			Unsafe: true,
+		},
+	}
+}
+
+// expireOn makes the lock key expire now on k nodes chosen at random.
+func expireOn(ctx context.Context, x *Injection, fault string, k int) error {
+	h := x.Target().Hooks
+	n := max(h.Servers, 1)
+	first := rand.N(n)
+	var nodes []int
+	for j := range min(k, n) {
+		i := (first + j) % n
+		nodes = append(nodes, i)
+		if err := h.ExpireEarly(ctx, i, x.Name()); err != nil {
+			return err
+		}
+	}
+	x.Note(fault, fmt.Sprintf("lock key expired on node(s) %v of %d", nodes, n))
+	return nil
+}
+
+// mixed is the fault that injects, each time, one of the catalogue's
+// faults that the backend is expected to survive, chosen at random.
+func mixed() *Fault {
+	return &Fault{
+		Name:    "mixed",
+		Doc:     "each injection is one of pause, kill, partition, latency, lost-reply, restart, leader (those that apply), at random",
+		Applies: always,
+		Inject: func(ctx context.Context, x *Injection) error {
+			var fs []*Fault
+			for _, f := range Catalogue() {
+				if f.Inject != nil && !f.Unsafe && f.Name != "mixed" && f.Applies(x.Target()) {
+					fs = append(fs, f)
+				}
+			}
+			if len(fs) == 0 {
+				return nil
+			}
+			return fs[rand.N(len(fs))].Inject(ctx, x)
 		},
 	}
 }

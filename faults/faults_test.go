@@ -36,7 +36,7 @@ func TestFaults(t *testing.T) {
 		Backends: splitEnv("DLOCK_FAULTS_BACKENDS"),
 		Faults:   splitEnv("DLOCK_FAULTS_FAULTS"),
 		Clients:  5,
-		TTL:      time.Second,
+		TTL:      500 * time.Millisecond,
 		Duration: 4 * time.Second,
 		Every:    1500 * time.Millisecond,
 		Parallel: 2,

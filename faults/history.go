@@ -74,6 +74,11 @@ type History struct {
 	Ops    []Op        `json:"ops"`
 	Leases []*LeaseRec `json:"leases"`
 	Events []Event     `json:"events"`
+	// Injections counts the times the fault was injected.
+	Injections int `json:"injections"`
+	// InjectErrors are the injections that could not be made (nobody
+	// held the lock, a server did not come back).
+	InjectErrors []string `json:"inject_errors,omitempty"`
 	// End is the time the run stopped.
 	End int64 `json:"end"`
 }

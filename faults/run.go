@@ -160,7 +160,7 @@ func (r *run) schedule(ctx context.Context) {
 	caps := r.cfg.Target.Caps
 	last := r.cfg.Duration - 2*pauseLengthFor(caps, r.cfg.TTL) - slack(r.cfg.TTL)
 	for {
-		if time.Since(r.t0)+wait > last && r.injectedCount() > 0 {
+		if time.Since(r.t0)+wait > last && r.injections() > 0 {
 			return
 		}
 		select {
@@ -169,18 +169,25 @@ func (r *run) schedule(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		start := time.Now()
-		if err := r.cfg.Fault.Inject(ctx, &Injection{r: r}); err != nil && ctx.Err() == nil {
-			r.event(Event{Fault: r.cfg.Fault.Name, Detail: "inject failed: " + err.Error()})
+		err := r.cfg.Fault.Inject(ctx, &Injection{r: r})
+		r.mu.Lock()
+		if err == nil {
+			r.hist.Injections++
+		} else if ctx.Err() == nil {
+			r.hist.InjectErrors = append(r.hist.InjectErrors, err.Error())
+		}
+		r.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
 			r.logf("%s/%s: inject: %v", r.cfg.Target.Backend, r.cfg.Fault.Name, err)
 		}
 		wait = max(r.cfg.Every-time.Since(start), r.cfg.Every/4)
 	}
 }
 
-func (r *run) injectedCount() int {
+func (r *run) injections() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.hist.Events)
+	return r.hist.Injections
 }
 
 func (r *run) event(e Event) {
