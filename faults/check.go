@@ -128,13 +128,13 @@ func analyse(h *History, cfg Config) *Result {
 	// Loss signalled before the next grant.
 	for i, l := range leases {
 		switch {
-		case l.doneKind == kindLost:
+		case l.DoneKind == kindLost:
 			l.Lost = true
 			l.Signalled = l.DoneAt
 			if l.Deadline >= 0 && l.Deadline < l.Signalled {
 				l.Signalled = l.Deadline
 			}
-		case l.relKind == kindNotHeld:
+		case l.ReleaseKind == kindNotHeld:
 			l.Lost = true // found out only when releasing
 		}
 		if !l.Lost || i+1 == len(leases) {

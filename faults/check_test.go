@@ -18,10 +18,10 @@ func TestAnalyse(t *testing.T) {
 	ms := int64(time.Millisecond)
 	a := lease(1, 0, 100*ms, "released")
 	b := lease(2, 150*ms, 380*ms, "lost") // lost, deadline passed before c's grant
-	b.doneKind, b.DoneAt, b.Deadline = kindLost, 400*ms, 380*ms
+	b.DoneKind, b.DoneAt, b.Deadline = kindLost, 400*ms, 380*ms
 	c := lease(3, 390*ms, 450*ms, "released")
 	d := lease(4, 500*ms, 600*ms, "released") // lost, found out only at release
-	d.relKind = kindNotHeld
+	d.ReleaseKind = kindNotHeld
 	e := lease(5, 550*ms, 650*ms, "released")  // overlaps d by 50ms
 	f := lease(6, 900*ms, 1000*ms, "released") // after the kill at 700ms
 	h := &History{

@@ -48,11 +48,13 @@ type LeaseRec struct {
 	DoneErr   string `json:"done_err,omitempty"`
 	// DoneAt is the upper bound of when Done closed (-1: never reported);
 	// Deadline that of the lease's last local deadline (-1: none).
-	DoneAt   int64  `json:"done_at"`
-	Deadline int64  `json:"deadline"`
-	doneKind string // kind of Done's Err
-	relKind  string // kind of the release error
-	relCall  int64  // -1 until release called
+	DoneAt   int64 `json:"done_at"`
+	Deadline int64 `json:"deadline"`
+	// DoneKind and ReleaseKind classify Done's Err and the release's
+	// error (lost, released, not-held, ...).
+	DoneKind    string `json:"done_kind,omitempty"`
+	ReleaseKind string `json:"release_kind,omitempty"`
+	relCall     int64  // -1 until release called
 }
 
 // Event is a fault injected by the parent.

@@ -388,7 +388,7 @@ func (r *run) ret(c *client, m msg, now int64) {
 		r.hist.Leases = append(r.hist.Leases, l)
 	case m.Op == "release":
 		if l := c.leases[m.Lease]; l != nil {
-			l.relKind = m.Kind
+			l.ReleaseKind = m.Kind
 		}
 	}
 }
@@ -412,7 +412,7 @@ func (r *run) done(c *client, m msg, now int64) {
 	if m.DeadlineNS >= 0 {
 		l.Deadline = l.callHi + m.DeadlineNS
 	}
-	l.doneKind, l.DoneErr = m.Kind, m.Err
+	l.DoneKind, l.DoneErr = m.Kind, m.Err
 	if m.Kind == kindLost {
 		sig := l.DoneAt
 		if l.Deadline >= 0 && l.Deadline < sig {
