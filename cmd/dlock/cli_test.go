@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,6 +188,21 @@ func TestStatusReport(t *testing.T) {
 		{"free", newStatusReport("job", caps, dlock.Info{Fence: 9}),
 			[]string{"held:    no", "fence:   9 (", "waiters: 0"},
 			`{"name":"job","backend":"redis","strategy":"set-nx","session_bound":false,"held":false,"owner":"","ttl_ms":0,"fence":9,"waiters":0}`},
+	}
+	unsupported, err := inspectReport("job", caps, dlock.Info{}, fmt.Errorf("dlock: inspect: %w", dlock.ErrUnsupported))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases, struct {
+		name string
+		rep  statusReport
+		text []string
+		json string
+	}{"unsupported", unsupported,
+		[]string{"held:    unknown (this backend cannot inspect", "owner:   unknown", "expires: unknown", "fence:   unknown", "waiters: unknown"},
+		`{"name":"job","backend":"redis","strategy":"set-nx","session_bound":false,"held":null,"owner":null,"ttl_ms":null,"fence":null,"waiters":null}`})
+	if _, err := inspectReport("job", caps, dlock.Info{}, dlock.ErrClosed); err == nil {
+		t.Error("inspectReport hid an error other than ErrUnsupported")
 	}
 	for _, tc := range cases {
 		var b bytes.Buffer

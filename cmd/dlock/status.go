@@ -82,12 +82,8 @@ func (c cli) status(args []string) int {
 	}
 	defer l.Close()
 	info, err := l.Inspect(ctx, name)
-	rep := newStatusReport(name, l.Capabilities(), info)
-	switch {
-	case errors.Is(err, dlock.ErrUnsupported):
-		rep = newStatusReport(name, l.Capabilities(), dlock.Info{Waiters: -1})
-		rep.Held, rep.Fence, rep.Unsupported = nil, nil, true
-	case err != nil:
+	rep, err := inspectReport(name, l.Capabilities(), info, err)
+	if err != nil {
 		return c.failf(openStatus(err), rawURL, "lock service failed: %s", errText(err))
 	}
 	if o.json {
@@ -100,6 +96,21 @@ func (c cli) status(args []string) int {
 	}
 	rep.print(c.stdout)
 	return 0
+}
+
+// inspectReport is the report for the result of Locker.Inspect: a backend
+// that cannot inspect (ErrUnsupported) gives a report of unknowns, any
+// other error is returned.
+func inspectReport(name string, caps dlock.Capabilities, info dlock.Info, err error) (statusReport, error) {
+	switch {
+	case errors.Is(err, dlock.ErrUnsupported):
+		rep := newStatusReport(name, caps, dlock.Info{Waiters: -1})
+		rep.Held, rep.Owner, rep.TTLMillis, rep.Fence, rep.Unsupported = nil, nil, nil, nil, true
+		return rep, nil
+	case err != nil:
+		return statusReport{}, err
+	}
+	return newStatusReport(name, caps, info), nil
 }
 
 // newStatusReport turns the backend's Info into facts and unknowns.
