@@ -119,6 +119,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = 2 * time.Second
 	}
+	if cfg.Fault != nil {
+		// Long enough for one injection to heal and its recovery to show.
+		caps := cfg.Target.Caps
+		cfg.Duration = max(cfg.Duration, cfg.Every/2+pauseLengthFor(caps, cfg.TTL)+
+			crashBound(caps, cfg.TTL)+slack(cfg.TTL)+cfg.TTL)
+	}
 	r := &run{
 		cfg:       cfg,
 		t0:        time.Now(),
