@@ -25,6 +25,10 @@ type Options struct {
 	// Duration of each run (default 5s) and the interval between
 	// injections within it (default 2s).
 	Duration, Every time.Duration
+	// BackendDuration, when set, is the time per backend: it is shared
+	// among that backend's runs (targets × faults), each lasting at least
+	// Duration.
+	BackendDuration time.Duration
 	// Parallel is how many backends run at once (default 1).
 	Parallel int
 	// Dir receives the histories of failing runs with porcupine's
@@ -134,6 +138,17 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 	}
 	defer closeFn()
 	opts.Logf("%s: servers up in %v", b.Name, time.Since(t0).Round(time.Millisecond))
+	if opts.BackendDuration > 0 {
+		n := 0
+		for _, t := range targets {
+			for _, f := range faults {
+				if f.Applies(t) {
+					n++
+				}
+			}
+		}
+		opts.Duration = max(opts.Duration, opts.BackendDuration/time.Duration(max(n, 1)))
+	}
 	var out []*Result
 	for _, t := range targets {
 		for _, f := range faults {

@@ -11,8 +11,8 @@
 //
 //	go run ./cmd/dlockchaos -duration 10m -backend redis
 //
-// -duration is the time per backend; it is shared among the selected
-// faults (each run gets duration/faults, at least -run). The report is
+// -duration is the time per backend; it is shared among the backend's
+// runs (its strategies × the selected faults), each lasting at least -run. The report is
 // written to -out as faults.txt, faults.json and faults.html (a
 // self-contained page the benchmark report can link), with the history of
 // every failing run and porcupine's visualisation of it. The exit status
@@ -93,13 +93,7 @@ func run() int {
 			return 2
 		}
 	}
-	if *duration > 0 {
-		n := len(opts.Faults)
-		if n == 0 {
-			n = len(faults.Catalogue())
-		}
-		opts.Duration = max(*perRun, *duration/time.Duration(n))
-	}
+	opts.BackendDuration = *duration
 	if !*quiet {
 		opts.Logf = func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
