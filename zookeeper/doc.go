@@ -17,8 +17,10 @@
 //
 // zk://user:password@host/prefix authenticates with ZooKeeper's digest
 // scheme (addAuth digest user:password) and creates every node with the
-// ACL "auth" (only that identity can read or delete them). The password
-// never appears in an error.
+// ACL "auth" (only that identity can read or delete them), missing prefix
+// elements included: create the prefix beforehand with the ACL you want
+// when several identities share it. The password never appears in an
+// error.
 //
 // OpenLocker uses a *zk.Conn that you opened (and that Close leaves open).
 //
@@ -28,8 +30,11 @@
 // /prefix/<escaped name>; the lowest sequence number holds the lock and the
 // others queue behind it in arrival order (Capabilities.Fair). Each waiter
 // watches the node just ahead of it, and the one ahead of that; a release
-// wakes at most those two, never the herd, and the next in line is granted
-// on the deletion event itself, without a further round trip.
+// wakes at most those two, never the herd. The next in line is granted on
+// the deletion event itself, without a further round trip (nodes ahead of
+// a waiter can only leave, never arrive, so when the last one it knew of is
+// gone it is first); the one after it lists the queue again while the new
+// holder works, so that its own turn comes without a round trip too.
 //
 // Children have protected names, "_c_<GUID>-lock-<sequence>" with a GUID
 // per attempt: when the connection is lost after the server applied a
@@ -37,15 +42,21 @@
 // its GUID and carries on with that node instead of leaving an orphan that
 // would block everybody until the session ends.
 //
-// An uncontended Acquire costs one round trip: the create and the
-// getChildren that follows it are sent together (a session's requests are
-// answered in order), and the token is read from the parent's stat returned
-// by that listing when no other child came or went (pzxid = our czxid).
-// Release is one delete. A TryAcquire that finds the lock held deletes its
-// node again before it returns ErrNotAcquired. A cancelled or failed Acquire
-// deletes its node with a fresh bounded context; what cannot be deleted
-// then (the connection is down) is deleted in the background as soon as
-// the session is reachable again.
+// An uncontended Acquire costs one round trip: the create is a multi that
+// also touches the parent (setData), and its reply carries both the token
+// (the parent's mzxid, which is the new node's czxid) and the parent's
+// child count: a node alone in the transaction that created it is the
+// lowest, and every later one will be higher, so no listing is needed.
+// Release is one delete. The lease's watch on its node (which reports a
+// revocation) is set 1ms after an uncontended grant, so a short critical
+// section costs no watch at all. Only a contended Acquire lists the queue:
+// its wait starts with one pipelined batch of getData-with-watch requests
+// (its own node, the one ahead, the one ahead of that). A TryAcquire that
+// finds the lock held deletes its node again before it returns
+// ErrNotAcquired. A cancelled or failed Acquire deletes its node with a
+// fresh bounded context; what cannot be deleted then (the connection is
+// down) is deleted in the background as soon as the session is reachable
+// again.
 //
 // # The basic recipe
 //

@@ -96,8 +96,7 @@ func TestDisconnectKeepsSession(t *testing.T) {
 
 // TestSessionExpiryByPause stalls the holder's connection past the session
 // timeout: its lease must end before the server expires the session and
-// deletes the node (so before anyone else can be granted), and a waiter in
-// the same stalled session must not be granted.
+// deletes the node (so before anyone else can be granted).
 func TestSessionExpiryByPause(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	admin := adminConn(t, srv.Addr)

@@ -371,3 +371,98 @@ func TestRevokedHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenLocker uses a connection the test opened: Close leaves it open,
+// a revocation is noticed, and a broken session is reported.
+func TestOpenLocker(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr)
+	prefix := testPrefix(t)
+	ctx := testCtx(t, 30*time.Second)
+	conn, events, err := zk.Connect([]string{srv.Addr}, 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	l := OpenLocker(conn, &Options{Prefix: prefix, SessionTimeout: 4 * time.Second, Events: events})
+	ls, err := l.Acquire(ctx, "own", &dlock.AcquireOptions{Owner: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps := l.Capabilities(); caps.ReleaseOnCrash != 4*time.Second {
+		t.Errorf("ReleaseOnCrash %v", caps.ReleaseOnCrash)
+	}
+	k := kids(t, admin, prefix, "own")
+	if len(k) != 1 {
+		t.Fatalf("children %v", k)
+	}
+	if err := admin.Delete(prefix+"/"+escapeName("own")+"/"+k[0], -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ls.Done():
+	case <-ctx.Done():
+		t.Fatal("revocation not noticed")
+	}
+	ls2, err := l.TryAcquire(ctx, "own", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls2.Token() <= ls.Token() {
+		t.Errorf("token %d not above %d", ls2.Token(), ls.Token())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.Exists("/"); err != nil {
+		t.Errorf("the user's connection is unusable after Locker.Close: %v", err)
+	}
+	assertNoOrphans(t, admin, prefix)
+
+	// Bad options surface on use, wrapping ErrInvalidOption.
+	bad := OpenLocker(conn, &Options{Prefix: "/zookeeper/x"})
+	defer bad.Close()
+	if _, err := bad.TryAcquire(ctx, "x", nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("bad prefix: %v", err)
+	}
+}
+
+// TestDigestAuth opens with zk://user:password@...: nodes are created for
+// that identity only, and the password appears in no error.
+func TestDigestAuth(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	// Its own top-level node: the prefix is created with alice's ACL.
+	prefix := strings.Replace(testPrefix(t), "/dlocktest/", "/dlocktest-auth/", 1)
+	ctx := testCtx(t, 30*time.Second)
+	u := "zk://alice:s3cr3t-pw@" + srv.Addr + prefix
+	l, err := dlock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls, err := l.Acquire(ctx, "a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone without the credentials cannot see or delete the queue.
+	stranger := adminConn(t, srv.Addr)
+	if _, _, err := stranger.Children(prefix + "/" + escapeName("a")); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("an unauthenticated client listed the queue: %v", err)
+	}
+	// The same identity in another session can contend.
+	l2, err := dlock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if _, err := l2.TryAcquire(ctx, "a", nil); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("second session of the same user: %v", err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = dlock.Open(ctx, "zk://alice:s3cr3t-pw@127.0.0.1:1/x?connect_timeout=200ms")
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("open of an unreachable server: %v (must fail without showing the password)", err)
+	}
+}
