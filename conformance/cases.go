@@ -1,0 +1,964 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// testCase is one rule of the suite.
+type testCase struct {
+	name  string
+	rule  string
+	needs []need
+	f     func(c *T)
+}
+
+// need returns why a case cannot run on this backend ("" when it can).
+type need func(c *T) string
+
+func needFencing(c *T) string {
+	if !c.caps.Fencing {
+		return fmt.Sprintf("the backend does not promise fencing tokens (%s)", c.caps.FencingNote)
+	}
+	return ""
+}
+
+func needFair(c *T) string {
+	if !c.caps.Fair {
+		return "the backend does not promise fairness (Capabilities.Fair is false)"
+	}
+	return ""
+}
+
+// cases is the suite. The package documentation lists the same names and
+// rules (a test keeps them in step).
+var cases = []testCase{
+	{"TryAcquireHeld",
+		"TryAcquire on a free name succeeds; on a held name it returns an error wrapping ErrNotAcquired at once (within a small multiple of one round trip), without waiting for the holder.",
+		nil, caseTryAcquireHeld},
+	{"AcquireWakesAfterRelease",
+		"Acquire blocks while the lock is held and returns within a bound after the holder releases: at once for a queue or a notification, within the portable layer's 100ms backoff cap for polling.",
+		nil, caseAcquireWakes},
+	{"AcquireHonoursContext",
+		"Acquire returns the context's error promptly when its deadline passes or it is cancelled, and leaves nothing behind: the next acquirer gets the lock as soon as the holder releases it, and no server-side object of the cancelled waiter remains.",
+		nil, caseAcquireHonoursContext},
+	{"MutualExclusion",
+		"At most one client holds a name at a time: 8 lockers × 8 goroutines acquiring one name see no overlap, lose no update of an unsynchronised counter, and their history (grants, fenced writes, releases) is explained by the fenced-mutex model.",
+		nil, caseMutualExclusion},
+	{"ConcurrentTryAcquireOneWinner",
+		"Of 100 concurrent TryAcquire calls on a free name, exactly one succeeds and every other returns ErrNotAcquired.",
+		nil, caseOneWinner},
+	{"IndependentNames",
+		"Distinct names are distinct locks: holding one (even a prefix, a case variant or an extension of another) never blocks another.",
+		nil, caseIndependentNames},
+	{"ReleaseSemantics",
+		"Release by the holder frees the lock and ends the lease with ErrReleased; a second Release returns ErrNotHeld; the Release of a lease that expired or was revoked returns ErrNotHeld and does not free the lock that a new holder took since.",
+		nil, caseReleaseSemantics},
+	{"RefreshSemantics",
+		"Refresh keeps the lock past its original TTL; Refresh of a lease that expired or was revoked returns ErrNotHeld and does not resurrect the lock.",
+		nil, caseRefreshSemantics},
+	{"KeepAlive",
+		"With keep-alive a lease stays held for 5 × TTL without an explicit refresh; with NoKeepAlive it expires on the server after its TTL and another client gets it within the TTL plus the waiter's notice bound.",
+		nil, caseKeepAlive},
+	{"FencingMonotonic",
+		"Fencing tokens strictly increase across successive holders of a name: across lockers, across Acquire and TryAcquire, across expiry or revocation, and across a server restart where the backend keeps them.",
+		[]need{needFencing}, caseFencing},
+	{"LossSignalled",
+		"When the server drops a lease, Done closes and Err wraps ErrLockLost within the TTL plus slack; a lease that expires unrefreshed ends (its deadline passes) no later than the server grants the lock to another client; a holder cut off from the server is told before another client is granted the lock.",
+		nil, caseLossSignalled},
+	{"Reentrancy",
+		"With an Owner, a second Acquire by the same Owner on the same Locker returns at once and must be released twice; other owners, and the same Owner on another Locker (another client), are excluded until the last release.",
+		nil, caseReentrancy},
+	{"Fairness",
+		"On a fair backend waiters are granted the lock in the order they started waiting.",
+		[]need{needFair}, caseFairness},
+	{"CrossProcessCrash",
+		"A holder process killed with SIGKILL frees the lock within the backend's stated bound (Capabilities.ReleaseOnCrash: at once, the TTL, or the session timeout) plus the waiter's notice bound.",
+		[]need{needCrossProcess}, caseCrossProcessCrash},
+	{"PausedHolderFenced",
+		"A holder process stopped (SIGSTOP) until another client took the lock, then resumed, has its write with its old token rejected by the fenced resource, and its lease reported lost (ErrLockLost).",
+		[]need{needFencing, needCrossProcess}, casePausedHolderFenced},
+	{"BadInput",
+		"Empty, over-long and invalid-UTF-8 names, and names the backend cannot store, are rejected with ErrInvalidName; a negative TTL or one below 1ms with ErrInvalidOption (zero means the default); nothing is left on the server; every name that is accepted is stored exactly (distinct names never collide).",
+		nil, caseBadInput},
+	{"Close",
+		"After Close, calls return ErrClosed, acquisitions in flight end with ErrClosed, leases end with ErrClosed and are released on the server (they stop renewing), a second Close is harmless, and nothing panics.",
+		nil, caseClose},
+}
+
+func caseTryAcquireHeld(c *T) {
+	a, b := c.Locker(), c.Locker()
+	name := c.Name("held")
+	ls := c.mustTry(a, name, c.opts())
+	var ds []time.Duration
+	for range 5 {
+		ctx, cancel := c.withTimeout(c.fast() + 2*time.Second)
+		start := time.Now()
+		l2, err := b.TryAcquire(ctx, name, c.opts())
+		d := time.Since(start)
+		cancel()
+		if err == nil {
+			c.release(l2, "second holder")
+			c.Fatalf("TryAcquire of a name held by another client succeeded (token %d, holder's token %d)", l2.Token(), ls.Token())
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			c.Fatalf("TryAcquire of a held name returned %v after %v, want ErrNotAcquired at once (it waited for the holder?)", err, d)
+		}
+		ds = append(ds, d)
+	}
+	if m := median(ds); m > c.fast() {
+		c.Errorf("TryAcquire of a held name took %v (median of 5), bound %v (10 round trips of %v + slack): it waits", m, c.fast(), c.rtt)
+	}
+	c.Notef("TryAcquire of a held name: median %v", median(ds))
+	if l3, err := a.TryAcquire(c.ctx, name, c.opts()); err == nil {
+		c.release(l3, "second grant")
+		c.Errorf("the holder's own Locker got a second grant of %q without an Owner", name)
+	} else if !errors.Is(err, dlock.ErrNotAcquired) {
+		c.Errorf("the holder's own Locker's TryAcquire returned %v, want ErrNotAcquired", err)
+	}
+	c.release(ls, "holder")
+	c.expectFree(b, name, "after the holder released")
+}
+
+func caseAcquireWakes(c *T) {
+	a, b := c.Locker(), c.Locker()
+	name := c.Name("wake")
+	var ds []time.Duration
+	for range 3 {
+		ls := c.mustTry(a, name, c.opts())
+		ctx, cancel := c.withTimeout(c.wake() + 10*time.Second)
+		ch := c.acquireAsync(ctx, b, name, c.opts())
+		select {
+		case r := <-ch:
+			cancel()
+			c.Fatalf("Acquire returned (err %v) while another client held the lock", r.err)
+		case <-time.After(5*c.rtt + 50*time.Millisecond):
+		}
+		released := time.Now()
+		c.release(ls, "holder")
+		r := <-ch
+		cancel()
+		if r.err != nil {
+			c.Fatalf("Acquire after the holder released: %v", r.err)
+		}
+		ds = append(ds, r.at.Sub(released))
+		c.release(r.ls, "waiter")
+	}
+	if m := median(ds); m > c.wake() {
+		c.Errorf("a waiter was granted the lock %v after the release (median of 3: %v), bound %v for wait kind %q: it polls with long sleeps",
+			m, ds, c.wake(), c.caps.Wait)
+	}
+	c.Notef("release → waiter's grant: %v", ds)
+}
+
+func caseAcquireHonoursContext(c *T) {
+	a, w, n := c.Locker(), c.Locker(), c.Locker()
+	name := c.Name("ctx")
+	ls := c.mustTry(a, name, c.opts())
+	patience := max(100*time.Millisecond, 5*c.rtt)
+	// A cancelled waiter asks for a long lease: if it were granted behind
+	// the caller's back, it would keep the lock from the next acquirer.
+	ghostTTL := 20 * c.ttl()
+	for _, mode := range []string{"deadline", "cancel"} {
+		var ctx context.Context
+		var cancel context.CancelFunc
+		want := context.DeadlineExceeded
+		if mode == "deadline" {
+			ctx, cancel = context.WithTimeout(c.ctx, patience)
+		} else {
+			want = context.Canceled
+			ctx, cancel = context.WithCancel(c.ctx)
+			time.AfterFunc(patience, cancel)
+		}
+		ctxEnd := time.Now().Add(patience)
+		ch := c.acquireAsync(ctx, w, name, &dlock.AcquireOptions{TTL: ghostTTL})
+		var r acq
+		select {
+		case r = <-ch:
+		case <-time.After(patience + c.fast()):
+			cancel()
+			c.Errorf("Acquire (%s) did not return within %v after its context ended", mode, c.fast())
+			c.release(ls, "holder")
+			if r := <-ch; r.err == nil {
+				c.release(r.ls, "late waiter")
+				c.Fatalf("Acquire (%s) ignored its context: it returned only after the holder released, with a grant", mode)
+			}
+			c.Fatalf("Acquire (%s) ignored its context: it returned only after the holder released", mode)
+		}
+		cancel()
+		if r.err == nil {
+			c.release(r.ls, "waiter")
+			c.Fatalf("Acquire (%s) was granted while another client held the lock", mode)
+		}
+		if !errors.Is(r.err, want) {
+			c.Errorf("Acquire (%s) returned %v, want %v", mode, r.err, want)
+		}
+		if late := r.at.Sub(ctxEnd); late > c.fast() {
+			c.Errorf("Acquire (%s) returned %v after its context ended, bound %v", mode, late, c.fast())
+		}
+	}
+	if rs, ok := c.h.(Residue); ok {
+		var left int
+		deadline := time.Now().Add(c.fast())
+		for {
+			k, err := rs.Residue(c.ctx, name)
+			if err != nil {
+				c.Errorf("harness Residue: %v", err)
+				break
+			}
+			left = k
+			if left == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if left != 0 {
+			c.Errorf("%d server-side objects of the cancelled waiters remain (Residue), want 0", left)
+		}
+	} else {
+		c.Notef("part skipped: the harness has no Residue hook to count what a cancelled waiter left on the server")
+	}
+	ctx, cancel := c.withTimeout(c.wake() + 3*time.Second)
+	defer cancel()
+	ch := c.acquireAsync(ctx, n, name, c.opts())
+	c.sleep(5*c.rtt + 50*time.Millisecond)
+	released := time.Now()
+	c.release(ls, "holder")
+	r := <-ch
+	if r.err != nil {
+		c.Fatalf("the next acquirer did not get the lock after the holder released (%v): a cancelled waiter left behind holds or blocks it", r.err)
+	}
+	if d := r.at.Sub(released); d > c.wake() {
+		c.Errorf("the next acquirer got the lock %v after the release, bound %v: it was delayed by a cancelled waiter", d, c.wake())
+	}
+	c.release(r.ls, "next acquirer")
+}
+
+func caseMutualExclusion(c *T) {
+	const nLockers, nGoroutines = 8, 8
+	rounds := c.cfg.rounds
+	lockers := make([]*dlock.Locker, nLockers)
+	for i := range lockers {
+		lockers[i] = c.Locker()
+	}
+	name := c.Name("mutex")
+	hist := NewHistory()
+	reg := &Register{}
+	var inside atomic.Int32
+	var overlaps, counter, grants atomic.Int64
+	var failures atomic.Int32
+	fail := func(format string, args ...any) {
+		if failures.Add(1) <= 5 {
+			c.Errorf(format, args...)
+		}
+	}
+	var wg sync.WaitGroup
+	for li, l := range lockers {
+		for g := range nGoroutines {
+			client := li*nGoroutines + g
+			wg.Go(func() {
+				for range rounds {
+					end := hist.Begin(client, OpAcquire)
+					ls, err := l.Acquire(c.ctx, name, c.opts())
+					if err != nil {
+						end(0, false)
+						fail("Acquire: %v", err)
+						return
+					}
+					tok := ls.Token()
+					end(tok, true)
+					grants.Add(1)
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					v := counter.Load()
+					runtime.Gosched()
+					counter.Store(v + 1)
+					wend := hist.Begin(client, OpWrite)
+					werr := reg.Write(tok, client)
+					wend(tok, werr == nil)
+					if werr != nil && c.caps.Fencing {
+						fail("the fenced register rejected the holder's write: %v", werr)
+					}
+					inside.Add(-1)
+					rend := hist.Begin(client, OpRelease)
+					rerr := ls.Release(c.ctx)
+					rend(tok, rerr == nil)
+					if rerr != nil {
+						fail("Release: %v", rerr)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	total := int64(nLockers * nGoroutines * rounds)
+	if o := overlaps.Load(); o != 0 {
+		c.Errorf("%d overlapping critical sections in %d grants, want 0", o, grants.Load())
+	}
+	if got := counter.Load(); got != grants.Load() {
+		c.Errorf("the unsynchronised counter is %d after %d critical sections: updates were lost to overlapping holders", got, grants.Load())
+	}
+	if grants.Load() != total {
+		c.Errorf("%d of %d acquisitions succeeded", grants.Load(), total)
+	}
+	err := CheckFenced(hist.Ops(), FencedOptions{Fencing: c.caps.Fencing, Dir: c.reportDir(), Name: c.caseName})
+	if err != nil {
+		c.Errorf("%v", err)
+	}
+	c.Notef("%d critical sections on %d lockers × %d goroutines", grants.Load(), nLockers, nGoroutines)
+}
+
+func caseOneWinner(c *T) {
+	const n, nLockers = 100, 10
+	lockers := make([]*dlock.Locker, nLockers)
+	for i := range lockers {
+		lockers[i] = c.Locker()
+	}
+	for round := range 3 {
+		name := c.Name(fmt.Sprintf("race%d", round))
+		start := make(chan struct{})
+		var (
+			mu      sync.Mutex
+			winners []*dlock.Lease
+			others  []error
+		)
+		ctx, cancel := c.withTimeout(c.fast() + 10*time.Second)
+		var wg sync.WaitGroup
+		for i := range n {
+			l := lockers[i%nLockers]
+			wg.Go(func() {
+				<-start
+				ls, err := l.TryAcquire(ctx, name, c.opts())
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners = append(winners, ls)
+				case !errors.Is(err, dlock.ErrNotAcquired):
+					others = append(others, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		cancel()
+		if len(winners) != 1 {
+			c.Errorf("round %d: %d of %d concurrent TryAcquire calls succeeded, want exactly 1", round, len(winners), n)
+		}
+		if len(others) > 0 {
+			c.Errorf("round %d: %d TryAcquire calls failed with something other than ErrNotAcquired, e.g. %v", round, len(others), others[0])
+		}
+		for _, ls := range winners {
+			c.release(ls, "winner")
+		}
+	}
+}
+
+func caseIndependentNames(c *T) {
+	a, b := c.Locker(), c.Locker()
+	base := c.Name("p")
+	ls := c.mustTry(a, base, c.opts())
+	others := []string{c.Name("q"), base + "/x", base + "x", base + " ", base[:len(base)-1], strings.ToUpper(base)}
+	var held []*dlock.Lease
+	for _, o := range others {
+		ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
+		start := time.Now()
+		l2, err := b.TryAcquire(ctx, o, c.opts())
+		cancel()
+		if err != nil {
+			c.Errorf("TryAcquire of %q while %q is held: %v, want it granted (distinct names are distinct locks)", o, base, err)
+			continue
+		}
+		if d := time.Since(start); d > c.fast() {
+			c.Errorf("TryAcquire of %q took %v while %q is held, bound %v", o, d, base, c.fast())
+		}
+		held = append(held, l2)
+	}
+	ctx, cancel := c.withTimeout(c.fast())
+	l3, err := b.Acquire(ctx, c.Name("r"), c.opts())
+	cancel()
+	if err != nil {
+		c.Errorf("Acquire of a free name while another is held: %v within %v", err, c.fast())
+	} else {
+		held = append(held, l3)
+	}
+	for _, h := range held {
+		c.release(h, "independent name")
+	}
+	if ls.Err() != nil {
+		c.Errorf("the first lease ended (%v) while other names were taken", ls.Err())
+	}
+	c.release(ls, "first name")
+}
+
+// dropLease ends ls on the server without its holder's help: by letting
+// its TTL run out (ls must not be kept alive) or, on a session-bound
+// backend, through the harness's Revoker. It returns a description, or ""
+// when neither is possible.
+func (c *T) dropLease(name string) string {
+	if !c.caps.SessionBound {
+		return "expiry"
+	}
+	if rv, ok := c.h.(Revoker); ok {
+		if err := rv.Revoke(c.ctx, name); err != nil {
+			c.Fatalf("harness Revoke(%q): %v", name, err)
+		}
+		return "revocation"
+	}
+	return ""
+}
+
+// takeOver acquires name from l once the server has dropped the previous
+// holder (by expiry or revocation).
+func (c *T) takeOver(l *dlock.Locker, name, how string) acq {
+	bound := c.expiryNotice()
+	if how == "expiry" {
+		bound += c.ttl()
+	}
+	ctx, cancel := c.withTimeout(bound + 2*time.Second)
+	defer cancel()
+	r := <-c.acquireAsync(ctx, l, name, c.opts())
+	if r.err != nil {
+		c.Fatalf("another client could not take the lock after the holder's %s: %v", how, r.err)
+	}
+	return r
+}
+
+func caseReleaseSemantics(c *T) {
+	a, b, o := c.Locker(), c.Locker(), c.Locker()
+	name := c.Name("rel")
+	ls := c.mustTry(a, name, c.opts())
+	c.release(ls, "holder")
+	if !waitDone(ls, c.fast()) {
+		c.Errorf("Done did not close after Release")
+	} else if !errors.Is(ls.Err(), dlock.ErrReleased) {
+		c.Errorf("Err after Release is %v, want ErrReleased", ls.Err())
+	}
+	c.expectFree(b, name, "after Release")
+	if err := ls.Release(c.ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		c.Errorf("a second Release returned %v, want ErrNotHeld", err)
+	}
+
+	name2 := c.Name("stale")
+	opts := c.noKeepAlive()
+	if c.caps.SessionBound {
+		opts = c.opts()
+	}
+	old := c.mustTry(a, name2, opts)
+	how := c.dropLease(name2)
+	if how == "" {
+		c.Notef("part skipped: a session-bound backend without a Revoker hook cannot drop a lease")
+		c.release(old, "holder")
+		return
+	}
+	r := c.takeOver(b, name2, how)
+	if err := old.Release(c.ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		c.Errorf("Release of a lease that ended by %s returned %v, want ErrNotHeld", how, err)
+	}
+	c.expectHeld(o, name2, fmt.Sprintf("after the Release of a lease that ended by %s, the new holder must keep the lock", how))
+	c.release(r.ls, "new holder")
+}
+
+func caseRefreshSemantics(c *T) {
+	a, b := c.Locker(), c.Locker()
+	name := c.Name("refresh")
+	ls := c.mustTry(a, name, c.noKeepAlive())
+	dl0, hasDL := ls.Deadline()
+	for range 4 {
+		c.sleep(c.ttl() / 2)
+		ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
+		err := ls.Refresh(ctx)
+		cancel()
+		if err != nil {
+			c.Fatalf("Refresh of a held lease: %v", err)
+		}
+	}
+	// Two TTLs have passed since the grant.
+	if err := ls.Err(); err != nil {
+		c.Errorf("the lease ended (%v) although it was refreshed every TTL/2", err)
+	}
+	c.expectHeld(b, name, "two TTLs after the grant, refreshed every TTL/2")
+	if dl, _ := ls.Deadline(); hasDL && !dl.After(dl0.Add(c.ttl())) {
+		c.Errorf("the lease's deadline did not move with the refreshes (%v after the first)", dl.Sub(dl0))
+	}
+	c.release(ls, "holder")
+
+	parts := 0
+	if !c.caps.SessionBound {
+		parts++
+		name2 := c.Name("expired")
+		ls2 := c.mustTry(a, name2, c.noKeepAlive())
+		if !waitDone(ls2, c.ttl()+c.fast()) {
+			c.Errorf("an unrefreshed lease did not end within its TTL of %v plus %v", c.ttl(), c.fast())
+		}
+		c.sleep(c.fast())
+		if err := ls2.Refresh(c.ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			c.Errorf("Refresh after expiry returned %v, want ErrNotHeld", err)
+		}
+		c.expectFree(b, name2, "after a Refresh of an expired lease (it must not resurrect it)")
+	}
+	if rv, ok := c.h.(Revoker); ok {
+		parts++
+		name3 := c.Name("revoked")
+		// A long TTL: the local deadline does not end it first.
+		ls3 := c.mustTry(a, name3, &dlock.AcquireOptions{TTL: 20 * c.ttl(), NoKeepAlive: true})
+		if err := rv.Revoke(c.ctx, name3); err != nil {
+			c.Fatalf("harness Revoke(%q): %v", name3, err)
+		}
+		ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
+		err := ls3.Refresh(ctx)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			c.Errorf("Refresh of a revoked lease returned %v, want ErrNotHeld", err)
+		}
+		c.expectFree(b, name3, "after a Refresh of a revoked lease (it must not resurrect it)")
+	}
+	if parts == 0 {
+		c.Notef("part skipped: no server TTL and no Revoker hook: Refresh after a loss not checked")
+	}
+}
+
+func caseKeepAlive(c *T) {
+	a, b := c.Locker(), c.Locker()
+	name := c.Name("alive")
+	ls := c.mustTry(a, name, c.opts())
+	if waitDone(ls, 5*c.ttl()) {
+		c.Fatalf("the lease ended within 5×TTL despite keep-alive: %v", ls.Err())
+	}
+	c.expectHeld(b, name, "after 5×TTL with keep-alive")
+	c.release(ls, "holder")
+
+	if c.caps.SessionBound {
+		c.Notef("part skipped: session-bound backend: no server-side TTL to expire")
+		return
+	}
+	name2 := c.Name("noalive")
+	start := time.Now()
+	ls2 := c.mustTry(a, name2, c.noKeepAlive())
+	bound := c.ttl() + c.expiryNotice()
+	ctx, cancel := c.withTimeout(bound + 2*time.Second)
+	defer cancel()
+	r := <-c.acquireAsync(ctx, b, name2, c.opts())
+	if r.err != nil {
+		c.Fatalf("another client did not get the lock of a lease without keep-alive (%v) within %v: the lease never expires on the server", r.err, bound+2*time.Second)
+	}
+	el := r.at.Sub(start)
+	if el > bound {
+		c.Errorf("another client got the lock %v after the grant without keep-alive, bound TTL %v + %v", el, c.ttl(), c.expiryNotice())
+	}
+	if el < c.ttl()*9/10 {
+		c.Errorf("another client got the lock %v after the grant, before the TTL of %v: the server expired it early", el, c.ttl())
+	}
+	c.Notef("NoKeepAlive lease taken over %v after its grant (TTL %v)", el, c.ttl())
+	_ = ls2
+	c.release(r.ls, "new holder")
+}
+
+func caseFencing(c *T) {
+	ls := []*dlock.Locker{c.Locker(), c.Locker(), c.Locker()}
+	name := c.Name("fence")
+	var last uint64
+	check := func(tok uint64, what string) {
+		if tok <= last {
+			c.Errorf("token %d after token %d (%s): tokens must strictly increase", tok, last, what)
+		}
+		last = max(last, tok)
+	}
+	for i := range 6 {
+		l := c.mustTry(ls[i%3], name, c.opts())
+		check(l.Token(), fmt.Sprintf("TryAcquire on locker %d", i%3))
+		c.release(l, "holder")
+	}
+	h := c.mustTry(ls[0], name, c.opts())
+	check(h.Token(), "TryAcquire")
+	ctx, cancel := c.withTimeout(c.wake() + 10*time.Second)
+	ch := c.acquireAsync(ctx, ls[1], name, c.opts())
+	c.sleep(5*c.rtt + 20*time.Millisecond)
+	c.release(h, "holder")
+	r := <-ch
+	cancel()
+	if r.err != nil {
+		c.Fatalf("Acquire after release: %v", r.err)
+	}
+	check(r.ls.Token(), "a waiter's Acquire")
+	c.release(r.ls, "waiter")
+
+	opts := c.noKeepAlive()
+	if c.caps.SessionBound {
+		opts = c.opts()
+	}
+	old := c.mustTry(ls[2], name, opts)
+	check(old.Token(), "TryAcquire")
+	if how := c.dropLease(name); how != "" {
+		r := c.takeOver(ls[0], name, how)
+		check(r.ls.Token(), "after "+how)
+		c.release(r.ls, "new holder")
+	} else {
+		c.Notef("part skipped: no server TTL and no Revoker hook")
+		c.release(old, "holder")
+	}
+
+	rs, ok := c.h.(Restarter)
+	switch {
+	case !c.caps.TokensSurviveRestart:
+		c.Notef("part skipped: the backend does not keep tokens across a restart")
+	case !ok:
+		c.Notef("part skipped: the harness has no Restarter hook")
+	default:
+		if err := rs.RestartServer(c.ctx); err != nil {
+			c.Fatalf("harness RestartServer: %v", err)
+		}
+		l := c.Locker()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
+			g, err := l.TryAcquire(ctx, name, c.opts())
+			cancel()
+			if err == nil {
+				check(g.Token(), "after a server restart")
+				c.release(g, "holder after restart")
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Fatalf("TryAcquire after a server restart: %v", err)
+			}
+			c.sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func caseLossSignalled(c *T) {
+	a, b := c.Locker(), c.Locker()
+	parts := 0
+	if rv, ok := c.h.(Revoker); ok {
+		parts++
+		name := c.Name("revoked")
+		ls := c.mustTry(a, name, c.opts())
+		start := time.Now()
+		if err := rv.Revoke(c.ctx, name); err != nil {
+			c.Fatalf("harness Revoke(%q): %v", name, err)
+		}
+		bound := c.ttl() + c.fast()
+		if c.caps.SessionBound {
+			bound = c.fast() + c.crashBound()
+		}
+		if !waitDone(ls, bound) {
+			c.Errorf("Done did not close within %v after the server dropped the lease: the loss is never signalled", bound)
+			c.release(ls, "revoked holder")
+		} else {
+			if !errors.Is(ls.Err(), dlock.ErrLockLost) {
+				c.Errorf("Err after the server dropped the lease is %v, want ErrLockLost", ls.Err())
+			}
+			c.Notef("revocation signalled after %v", time.Since(start))
+		}
+	}
+	if !c.caps.SessionBound {
+		parts++
+		name := c.Name("unrefreshed")
+		ls := c.mustTry(a, name, c.noKeepAlive())
+		dl, _ := ls.Deadline()
+		bound := c.ttl() + c.expiryNotice()
+		ctx, cancel := c.withTimeout(bound + 2*time.Second)
+		r := <-c.acquireAsync(ctx, b, name, c.opts())
+		cancel()
+		if r.err != nil {
+			c.Errorf("another client did not get an unrefreshed lock within %v: %v", bound+2*time.Second, r.err)
+		} else {
+			if r.at.Before(dl) {
+				c.Errorf("another client was granted the lock %v before the holder's lease deadline: the server expired it earlier than the TTL promised to the holder", dl.Sub(r.at))
+			}
+			if !waitDone(ls, max(time.Until(dl), 0)+c.fast()) {
+				c.Errorf("the unrefreshed lease's Done did not close at its deadline")
+			} else if !errors.Is(ls.Err(), dlock.ErrLockLost) {
+				c.Errorf("Err of an expired lease is %v, want ErrLockLost", ls.Err())
+			}
+			c.release(r.ls, "new holder")
+		}
+	}
+	if dc, ok := c.h.(Disconnector); ok {
+		parts++
+		name := c.Name("cut")
+		victim := c.Locker()
+		ls := c.mustTry(victim, name, c.opts())
+		var doneAt atomic.Int64
+		t0 := time.Now()
+		go func() {
+			<-ls.Done()
+			doneAt.Store(int64(time.Since(t0)) + 1)
+		}()
+		if err := dc.Disconnect(c.ctx, victim); err != nil {
+			c.Fatalf("harness Disconnect: %v", err)
+		}
+		bound := c.crashBound() + c.ttl() + c.expiryNotice()
+		ctx, cancel := c.withTimeout(bound + 5*time.Second)
+		r := <-c.acquireAsync(ctx, b, name, c.opts())
+		cancel()
+		if r.err != nil {
+			c.Errorf("another client did not get the lock of a disconnected holder within %v: %v", bound+5*time.Second, r.err)
+		} else {
+			grant := r.at.Sub(t0)
+			// Allow 50ms for the goroutine that records Done to run.
+			time.Sleep(50 * time.Millisecond)
+			d := time.Duration(doneAt.Load())
+			switch {
+			case d == 0:
+				c.Errorf("another client was granted the lock %v after the holder was cut off, and the holder has not been told", grant)
+			case d-1 > grant+50*time.Millisecond:
+				c.Errorf("the cut-off holder was told %v after the disconnect, after another client was granted the lock (%v)", d-1, grant)
+			}
+			c.release(r.ls, "new holder")
+		}
+	}
+	if parts == 0 {
+		c.Skipf("no way to make the server drop a lease: session-bound backend without Revoker or Disconnector hooks")
+	}
+}
+
+func caseReentrancy(c *T) {
+	a, b := c.Locker(), c.Locker()
+	name := c.Name("reentrant")
+	own := &dlock.AcquireOptions{TTL: c.ttl(), Owner: "owner-1"}
+	l1 := c.mustTry(a, name, own)
+	ctx, cancel := c.withTimeout(c.fast())
+	start := time.Now()
+	l2, err := a.Acquire(ctx, name, own)
+	cancel()
+	if err != nil {
+		c.Fatalf("a second Acquire by the same Owner on the same Locker: %v, want it at once", err)
+	}
+	if d := time.Since(start); d > c.fast() {
+		c.Errorf("the reentrant Acquire took %v, bound %v", d, c.fast())
+	}
+	if l2.Token() != l1.Token() {
+		c.Errorf("the reentrant lease has token %d, the outer one %d: want the same grant", l2.Token(), l1.Token())
+	}
+	c.expectHeld(b, name, "while an Owner holds it twice")
+	if ls, err := a.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: c.ttl(), Owner: "owner-2"}); err == nil {
+		c.release(ls, "other owner")
+		c.Errorf("another Owner on the same Locker got the lock held by owner-1")
+	}
+	if ls, err := b.TryAcquire(c.ctx, name, own); err == nil {
+		c.release(ls, "same owner on another client")
+		c.Errorf("the same Owner on another Locker (another client) got the lock: reentrancy is per Locker")
+	} else if !errors.Is(err, dlock.ErrNotAcquired) {
+		c.Errorf("the same Owner on another Locker: %v, want ErrNotAcquired", err)
+	}
+	c.release(l1, "first release")
+	if l2.Err() != nil {
+		c.Errorf("the first of two releases ended the lease: %v", l2.Err())
+	}
+	c.expectHeld(b, name, "after the first of two releases")
+	c.release(l2, "second release")
+	c.expectFree(b, name, "after the second of two releases")
+}
+
+func caseFairness(c *T) {
+	const n = 5
+	a := c.Locker()
+	name := c.Name("fair")
+	ls := c.mustTry(a, name, c.opts())
+	order := make(chan int, n)
+	errs := make(chan error, n)
+	ctx, cancel := c.withTimeout(time.Duration(n)*c.wake() + 20*time.Second)
+	defer cancel()
+	gap := 5*c.rtt + 30*time.Millisecond
+	for i := range n {
+		w := c.Locker()
+		go func() {
+			ls, err := w.Acquire(ctx, name, c.opts())
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			_ = ls.Release(ctx)
+		}()
+		c.sleep(gap)
+	}
+	c.release(ls, "holder")
+	var got []int
+	for range n {
+		select {
+		case i := <-order:
+			got = append(got, i)
+		case err := <-errs:
+			c.Fatalf("waiter: %v", err)
+		case <-ctx.Done():
+			c.Fatalf("waiters not granted: %v", ctx.Err())
+		}
+	}
+	for i, g := range got {
+		if g != i {
+			c.Errorf("waiters were granted in the order %v, want their arrival order 0..%d", got, n-1)
+			break
+		}
+	}
+}
+
+func caseBadInput(c *T) {
+	a, b := c.Locker(), c.Locker()
+	bad := []struct{ name, why string }{
+		{"", "empty"},
+		{c.Name("\xff\xfe"), "invalid UTF-8"},
+		{strings.Repeat("x", dlock.MaxNameLen+1), "longer than 1024 bytes"},
+	}
+	if m := c.caps.MaxNameLen; m > 0 && m < dlock.MaxNameLen {
+		bad = append(bad, struct{ name, why string }{strings.Repeat("y", m+1), fmt.Sprintf("longer than the backend's %d bytes", m)})
+	}
+	for _, x := range bad {
+		if ls, err := a.TryAcquire(c.ctx, x.name, c.opts()); !errors.Is(err, dlock.ErrInvalidName) {
+			if err == nil {
+				c.release(ls, "bad name")
+			}
+			c.Errorf("TryAcquire of an %s name returned %v, want ErrInvalidName", x.why, err)
+		}
+		ctx, cancel := c.withTimeout(c.fast())
+		if ls, err := a.Acquire(ctx, x.name, c.opts()); !errors.Is(err, dlock.ErrInvalidName) {
+			if err == nil {
+				c.release(ls, "bad name")
+			}
+			c.Errorf("Acquire of an %s name returned %v, want ErrInvalidName", x.why, err)
+		}
+		cancel()
+	}
+	name := c.Name("ttl")
+	for _, ttl := range []time.Duration{-time.Second, 500 * time.Microsecond} {
+		if ls, err := a.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl}); !errors.Is(err, dlock.ErrInvalidOption) {
+			if err == nil {
+				c.release(ls, "bad TTL")
+			}
+			c.Errorf("TryAcquire with TTL %v returned %v, want ErrInvalidOption", ttl, err)
+		}
+		if ls, err := a.Acquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl}); !errors.Is(err, dlock.ErrInvalidOption) {
+			if err == nil {
+				c.release(ls, "bad TTL")
+			}
+			c.Errorf("Acquire with TTL %v returned %v, want ErrInvalidOption", ttl, err)
+		}
+	}
+	c.expectFree(b, name, "after calls rejected for their TTL")
+	if rs, ok := c.h.(Residue); ok {
+		if k, err := rs.Residue(c.ctx, name); err != nil || k != 0 {
+			c.Errorf("after calls rejected for their TTL, Residue is %d (%v), want 0", k, err)
+		}
+	}
+	if ls, err := a.TryAcquire(c.ctx, c.Name("zero"), &dlock.AcquireOptions{TTL: 0}); err != nil {
+		c.Errorf("TryAcquire with a zero TTL (the default): %v", err)
+	} else {
+		if ls.TTL() != dlock.DefaultTTL {
+			c.Errorf("a zero TTL gave a lease of %v, want the default %v", ls.TTL(), dlock.DefaultTTL)
+		}
+		c.release(ls, "zero TTL")
+	}
+
+	// Unusual names: each is either rejected with ErrInvalidName or
+	// stored exactly; all are held at once, so two that collide show.
+	prefix := c.Name("n")
+	odd := []string{"\x00", "a\x00b", "a/b", "a//b", "/", "/a/", "../up", ".", "..", " ", "a b", "a\nb", "\t",
+		"ключ", "🔒", "%2F", "%", "*", "?", "a:b", "'", `"`, `\`, "{tag}", "\u200b", "é", "e\u0301"}
+	limit := dlock.MaxNameLen
+	if m := c.caps.MaxNameLen; m > 0 && m < limit {
+		limit = m
+	}
+	type heldName struct {
+		name string
+		ls   *dlock.Lease
+	}
+	var held []heldName
+	names := make([]string, 0, len(odd)+1)
+	for _, s := range odd {
+		names = append(names, prefix+s)
+	}
+	names = append(names, prefix+strings.Repeat("z", limit-len(prefix)))
+	var rejected []string
+	for _, n := range names {
+		ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
+		ls, err := a.TryAcquire(ctx, n, c.opts())
+		cancel()
+		switch {
+		case err == nil:
+			held = append(held, heldName{n, ls})
+		case errors.Is(err, dlock.ErrInvalidName):
+			rejected = append(rejected, fmt.Sprintf("%q", strings.TrimPrefix(n, prefix)))
+		case errors.Is(err, dlock.ErrNotAcquired):
+			c.Errorf("the name %q collides with another name held at the same time: TryAcquire returned %v", n, err)
+		default:
+			c.Errorf("TryAcquire of the name %q returned %v, want a grant or ErrInvalidName", n, err)
+		}
+	}
+	if len(rejected) > 0 {
+		c.Notef("names rejected by the backend: %s", strings.Join(rejected, " "))
+	}
+	for _, h := range held {
+		c.expectHeld(b, h.name, "an unusual name held by another client")
+	}
+	for _, h := range held {
+		c.release(h.ls, "unusual name")
+	}
+	if len(held) > 0 {
+		c.expectFree(b, held[0].name, "after releasing an unusual name")
+	}
+}
+
+func caseClose(c *T) {
+	a, b := c.Locker(), c.Locker()
+	name, busy := c.Name("close"), c.Name("busy")
+	ls := c.mustTry(a, name, c.opts())
+	blocker := c.mustTry(b, busy, c.opts())
+	ctx, cancel := c.withTimeout(c.fast() + 10*time.Second)
+	defer cancel()
+	inflight := c.acquireAsync(ctx, a, busy, c.opts())
+	c.sleep(5*c.rtt + 20*time.Millisecond)
+	if err := a.Close(); err != nil {
+		c.Errorf("Close: %v", err)
+	}
+	if !waitDone(ls, c.fast()) {
+		c.Errorf("a lease's Done did not close when its Locker was closed")
+	} else if !errors.Is(ls.Err(), dlock.ErrClosed) {
+		c.Errorf("Err of a lease whose Locker was closed is %v, want ErrClosed", ls.Err())
+	}
+	select {
+	case r := <-inflight:
+		if r.err == nil {
+			c.Errorf("an Acquire in flight was granted after Close")
+		} else if !errors.Is(r.err, dlock.ErrClosed) {
+			c.Errorf("an Acquire in flight when Close was called returned %v, want ErrClosed", r.err)
+		}
+	case <-time.After(c.fast()):
+		c.Errorf("an Acquire in flight did not return within %v of Close", c.fast())
+	}
+	c.expectFree(b, name, "after its holder's Locker was closed (Close releases its leases)")
+	if _, err := a.TryAcquire(c.ctx, c.Name("after"), c.opts()); !errors.Is(err, dlock.ErrClosed) {
+		c.Errorf("TryAcquire after Close returned %v, want ErrClosed", err)
+	}
+	if _, err := a.Acquire(c.ctx, c.Name("after"), c.opts()); !errors.Is(err, dlock.ErrClosed) {
+		c.Errorf("Acquire after Close returned %v, want ErrClosed", err)
+	}
+	if err := ls.Refresh(c.ctx); err == nil {
+		c.Errorf("Refresh of a lease after Close succeeded")
+	}
+	if err := ls.Release(c.ctx); err == nil {
+		c.Errorf("Release of a lease after Close succeeded, want ErrNotHeld")
+	}
+	if err := a.Close(); err != nil {
+		c.Errorf("a second Close returned %v, want nil", err)
+	}
+	// Nothing renews the closed Locker's lease: another client keeps it
+	// after a few TTLs.
+	l2 := c.mustTry(b, name, c.opts())
+	c.sleep(2 * c.ttl())
+	if l2.Err() != nil {
+		c.Errorf("the new holder lost the lock (%v) after the old Locker was closed", l2.Err())
+	}
+	c.release(l2, "new holder")
+	c.release(blocker, "busy holder")
+}

@@ -1,0 +1,325 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// The cross-process cases re-execute the test binary. The child finds its
+// role in the environment; the first Run, Check or Evaluate it reaches
+// plays the role and exits the process.
+//
+// Protocol: the child writes lines on file descriptor 3, the parent
+// writes commands on the child's stdin.
+//
+//	child → parent: "acquired TOKEN", "write TOKEN", "done lost|other|timeout ERR", "error MSG"
+//	parent → child: "write", "wait-done DURATION", "exit"
+const (
+	envChild = "DLOCK_CONFORMANCE_CHILD" // the role; set means "be a child"
+	envURL   = "DLOCK_CONFORMANCE_URL"
+	envName  = "DLOCK_CONFORMANCE_NAME"
+	envTTL   = "DLOCK_CONFORMANCE_TTL"
+)
+
+func needCrossProcess(c *T) string {
+	switch {
+	case c.h.URL() == "":
+		return "the harness has no URL a child process can open"
+	case !signalsSupported:
+		return "process signals (SIGKILL, SIGSTOP) are not available on this system"
+	case flag.Lookup("test.run") == nil || c.cfg.childTest == "":
+		return "not running under go test: the child processes re-execute the test binary"
+	}
+	return ""
+}
+
+// childMain plays a child's role when the process is one, and exits.
+func childMain() {
+	role := os.Getenv(envChild)
+	if role == "" {
+		return
+	}
+	os.Exit(runChild(role))
+}
+
+func runChild(role string) int {
+	out := os.NewFile(3, "conformance-parent")
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, format+"\n", args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ttl, err := time.ParseDuration(os.Getenv(envTTL))
+	if err != nil {
+		say("error bad %s: %v", envTTL, err)
+		return 2
+	}
+	l, err := dlock.Open(ctx, os.Getenv(envURL))
+	if err != nil {
+		say("error open: %v", err)
+		return 1
+	}
+	defer l.Close()
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	ls, err := l.Acquire(actx, os.Getenv(envName), &dlock.AcquireOptions{TTL: ttl})
+	acancel()
+	if err != nil {
+		say("error acquire: %v", err)
+		return 1
+	}
+	say("acquired %d", ls.Token())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		switch cmd {
+		case "write":
+			say("write %d", ls.Token())
+		case "wait-done":
+			d, _ := time.ParseDuration(arg)
+			select {
+			case <-ls.Done():
+				kind := "other"
+				if errors.Is(ls.Err(), dlock.ErrLockLost) {
+					kind = "lost"
+				}
+				say("done %s %v", kind, ls.Err())
+			case <-time.After(d):
+				say("done timeout the lease is still held after %v", d)
+			}
+		case "exit":
+			return 0
+		}
+	}
+	return 0
+}
+
+// child is a child process seen from the parent.
+type child struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	stdin  *os.File
+	output *lockedBuffer
+	waited chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.b.Len() > 64<<10 {
+		return len(p), nil
+	}
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// spawn starts a child process that opens the harness URL and acquires
+// name.
+func (c *T) spawn(name string) *child {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, "-test.run=^"+regexp.QuoteMeta(c.cfg.childTest)+"$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(),
+		envChild+"=hold", envURL+"="+c.h.URL(), envName+"="+name, envTTL+"="+c.ttl().String())
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		c.Fatalf("pipe: %v", err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		c.Fatalf("pipe: %v", err)
+	}
+	ch := &child{cmd: cmd, lines: make(chan string, 16), stdin: inW, output: &lockedBuffer{}, waited: make(chan struct{})}
+	cmd.ExtraFiles = []*os.File{outW}
+	cmd.Stdin = inR
+	cmd.Stdout, cmd.Stderr = ch.output, ch.output
+	if err := cmd.Start(); err != nil {
+		c.Fatalf("starting a child process: %v", err)
+	}
+	outW.Close()
+	inR.Close()
+	go func() {
+		defer close(ch.lines)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			ch.lines <- sc.Text()
+		}
+		outR.Close()
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(ch.waited)
+	}()
+	c.Cleanup(func() {
+		_ = resumeProcess(cmd.Process)
+		_ = cmd.Process.Kill()
+		<-ch.waited
+		inW.Close()
+	})
+	return ch
+}
+
+// expect returns the rest of the child's next line, which must start with
+// word, or ends the case.
+func (c *T) expect(ch *child, word string, d time.Duration) string {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case line, ok := <-ch.lines:
+		if !ok {
+			<-ch.waited
+			c.Fatalf("the child process ended before saying %q (%v); its output:\n%s", word, ch.cmd.ProcessState, ch.output)
+		}
+		rest, found := strings.CutPrefix(line, word+" ")
+		if !found {
+			c.Fatalf("the child process said %q, want %q; its output:\n%s", line, word, ch.output)
+		}
+		return rest
+	case <-t.C:
+		c.Fatalf("the child process did not say %q within %v; its output:\n%s", word, d, ch.output)
+	}
+	return ""
+}
+
+func (c *T) tell(ch *child, line string) {
+	if _, err := fmt.Fprintln(ch.stdin, line); err != nil {
+		c.Fatalf("writing to the child process: %v", err)
+	}
+}
+
+func (c *T) token(s string) uint64 {
+	tok, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		c.Fatalf("bad token %q from the child process", s)
+	}
+	return tok
+}
+
+// childStart bounds a child's start-up (a race-enabled test binary, a
+// connection) and its first Acquire.
+const childStart = 60 * time.Second
+
+func caseCrossProcessCrash(c *T) {
+	p := c.Locker()
+	name := c.Name("crash")
+	ch := c.spawn(name)
+	tok := c.token(c.expect(ch, "acquired", childStart))
+	c.expectHeld(p, name, "while a child process holds it")
+	bound := c.crashBound() + c.expiryNotice()
+	killed := time.Now()
+	if err := ch.cmd.Process.Kill(); err != nil {
+		c.Fatalf("SIGKILL of the child: %v", err)
+	}
+	<-ch.waited
+	ctx, cancel := c.withTimeout(bound + 5*time.Second)
+	defer cancel()
+	ls, err := p.Acquire(ctx, name, c.opts())
+	el := time.Since(killed)
+	if err != nil {
+		c.Fatalf("the lock of a killed holder was not freed within %v: %v", bound+5*time.Second, err)
+	}
+	if el > bound {
+		c.Errorf("the lock of a killed holder was free %v after SIGKILL, bound %v (ReleaseOnCrash %v + notice %v)", el, bound, c.caps.ReleaseOnCrash, c.expiryNotice())
+	}
+	if c.caps.Fencing && ls.Token() <= tok {
+		c.Errorf("the token after the crash (%d) is not above the dead holder's (%d)", ls.Token(), tok)
+	}
+	c.Notef("killed holder's lock taken over after %v (bound %v)", el, bound)
+	c.release(ls, "new holder")
+}
+
+func casePausedHolderFenced(c *T) {
+	p := c.Locker()
+	name := c.Name("paused")
+	reg := &Register{}
+	ch := c.spawn(name)
+	tok1 := c.token(c.expect(ch, "acquired", childStart))
+	c.tell(ch, "write")
+	if err := reg.Write(c.token(c.expect(ch, "write", 10*time.Second)), "child"); err != nil {
+		c.Fatalf("the live holder's write was rejected: %v", err)
+	}
+
+	var bound time.Duration
+	rv, canRevoke := c.h.(Revoker)
+	switch {
+	case !c.caps.SessionBound:
+		bound = c.ttl() + c.expiryNotice()
+	case c.caps.ReleaseOnCrash > 0:
+		bound = c.caps.ReleaseOnCrash + c.expiryNotice()
+	case canRevoke:
+		bound = c.expiryNotice()
+	default:
+		c.Skipf("a paused holder keeps its connection and its lock, and the harness has no Revoker hook")
+	}
+	if err := pauseProcess(ch.cmd.Process); err != nil {
+		c.Fatalf("SIGSTOP of the child: %v", err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = resumeProcess(ch.cmd.Process)
+		}
+	}()
+	if c.caps.SessionBound && c.caps.ReleaseOnCrash <= 0 {
+		if err := rv.Revoke(c.ctx, name); err != nil {
+			c.Fatalf("harness Revoke(%q) of the paused holder: %v", name, err)
+		}
+	}
+	ctx, cancel := c.withTimeout(bound + 5*time.Second)
+	ls, err := p.Acquire(ctx, name, c.opts())
+	cancel()
+	if err != nil {
+		c.Fatalf("the lock of a paused holder was not freed within %v: %v", bound+5*time.Second, err)
+	}
+	tok2 := ls.Token()
+	if tok2 <= tok1 {
+		c.Errorf("the new holder's token %d is not above the paused holder's %d", tok2, tok1)
+	}
+	if err := reg.Write(tok2, "parent"); err != nil {
+		c.Errorf("the new holder's write was rejected: %v", err)
+	}
+	if err := resumeProcess(ch.cmd.Process); err != nil {
+		c.Fatalf("SIGCONT of the child: %v", err)
+	}
+	stopped = false
+	c.tell(ch, "write")
+	old := c.token(c.expect(ch, "write", 10*time.Second))
+	if err := reg.Write(old, "child"); !errors.Is(err, ErrStaleToken) {
+		c.Errorf("the resumed holder's write with its old token %d after the new holder's %d was not rejected (%v)", old, tok2, err)
+	}
+	wait := c.ttl() + c.fast()
+	c.tell(ch, "wait-done "+wait.String())
+	done := c.expect(ch, "done", wait+10*time.Second)
+	if !strings.HasPrefix(done, "lost ") {
+		c.Errorf("the resumed holder's lease was not reported lost with ErrLockLost: %s", done)
+	}
+	if _, v := reg.Read(); v != "parent" {
+		c.Errorf("the fenced register holds %v, want the new holder's write", v)
+	}
+	c.tell(ch, "exit")
+	c.release(ls, "new holder")
+}
