@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testenv"
 	_ "github.com/dlock-go/dlock/memory"
+	_ "github.com/dlock-go/dlock/redis"
 )
 
 func TestMain(m *testing.M) {
 	ChildMain() // the -procs tests re-execute this binary as client parts
-	os.Exit(m.Run())
+	os.Exit(testenv.Run(m))
 }
 
 // unsafeLock is a deliberately broken lock: every Acquire succeeds at
@@ -254,5 +256,40 @@ func TestProcessTreeCPU(t *testing.T) {
 	}
 	if cpu <= 0 {
 		t.Fatalf("CPU time of a busy process = %v, want > 0", cpu)
+	}
+}
+
+// TestRunProcsOnRedis runs dlock's Redis driver with clients in two
+// processes: the one case where only separate processes are honest.
+func TestRunProcsOnRedis(t *testing.T) {
+	srv := testenv.Redis(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{ID: "redis", Backend: "redis", URL: srv.URL}
+	targets, _ := TargetsFor(s)
+	var dl Target
+	for _, tg := range targets {
+		if tg.Kind == KindDlock {
+			dl = tg
+		}
+	}
+	if dl.Name == "" {
+		t.Fatal("no dlock target for a Redis server")
+	}
+	w := Workload{Kind: Handoff, Clients: 4, Names: 1, Hold: time.Millisecond, Work: time.Millisecond, Duration: 300 * time.Millisecond}
+	r := &Runner{Procs: 2, Exe: exe, Stderr: os.Stderr}
+	res, err := r.Run(ctxT(t, time.Minute), dl, w, s.Sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := NewRow(res)
+	if row.Procs != 2 || row.Grants == 0 || row.Violations != 0 || row.FencingViolations != 0 {
+		t.Fatalf("procs=%d grants=%d violations=%d/%d errors=%d (%s)", row.Procs, row.Grants,
+			row.Violations, row.FencingViolations, row.Errors, row.LastError)
+	}
+	if row.ServerCmdsPerGrant <= 0 {
+		t.Errorf("server commands per grant = %v, want > 0 from INFO commandstats", row.ServerCmdsPerGrant)
 	}
 }

@@ -225,13 +225,21 @@ func (p Part) loop(ctx context.Context, c Client, fenced bool, chk *Checker, nam
 		if perClient > 0 {
 			// Poisson arrivals: exponential gaps from the previous intended
 			// start, whatever happened to it (no coordinated omission).
+			// Latency counts from the intended start when the client was
+			// still busy with earlier requests then (the queueing a slow
+			// server causes); when it was idle, from the actual start, so
+			// that the timer's lateness in waking it (the harness's, not
+			// the server's) is not counted.
 			next += int64(rng.ExpFloat64() / perClient * 1e9)
-			// Gaps shorter than the timer's resolution are not slept.
-			if gap := time.Duration(next - s0); gap > 50*time.Microsecond && !sleepCtx(ctx, gap) {
+			busy := s0 >= next
+			if gap := time.Duration(next - s0); gap > 0 && !sleepCtx(ctx, gap) {
 				return
 			}
-			intended = next
 			s0 = Now()
+			intended = s0
+			if busy {
+				intended = next
+			}
 		}
 		h, err := c.Acquire(ctx, names[i])
 		got := Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,8 @@ type Target struct {
 	InProcessOnly bool `json:"in_process_only,omitempty"`
 	// Note says how the target is configured (peers' retry policy...).
 	Note string `json:"note,omitempty"`
+	// Only limits the target to these workload kinds (nil: all it can run).
+	Only []string `json:"only,omitempty"`
 }
 
 // RedactedURL is the URL without its password.
@@ -59,6 +62,15 @@ func (t Target) RedactedURL() string { return driver.Redact(t.URL) }
 // Contends reports whether the target can run contended workloads:
 // floors and round trips measure one uncontended operation only.
 func (t Target) Contends() bool { return t.Kind == KindDlock || t.Kind == KindPeer }
+
+// Runs reports whether the target takes part in a workload kind: floors
+// and round trips only in the uncontended one, and Only when it is set.
+func (t Target) Runs(kind string) bool {
+	if len(t.Only) > 0 && !slices.Contains(t.Only, kind) {
+		return false
+	}
+	return kind == Uncontended || t.Contends()
+}
 
 // Client is one lock user: its own connection or session, used by one
 // goroutine at a time.

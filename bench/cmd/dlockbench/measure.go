@@ -30,7 +30,7 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 	var jobs []job
 	for _, w := range plan {
 		for _, t := range e.targets {
-			if w.Kind == bench.Uncontended || t.Contends() {
+			if t.Runs(w.Kind) {
 				jobs = append(jobs, job{t, w})
 			}
 		}

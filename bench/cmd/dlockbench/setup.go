@@ -150,6 +150,29 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 		{"zookeeper", single("zookeeper", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartZooKeeper(ctx, nil) })},
 		{"postgres", single("postgres", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartPostgres(ctx, nil) })},
 		{"mysql", single("mysql", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartMySQL(ctx, nil) })},
+		{"zookeeper-fsync", func(ctx context.Context) (*started, error) {
+			// ZooKeeper fsyncs every write by default; testenv's server and
+			// the row above run with forceSync=no. This one measures the
+			// default, on the workloads where it shows.
+			st, err := single("zookeeper-fsync", func(ctx context.Context) (*testenv.Server, error) {
+				return testenv.StartZooKeeper(ctx, &testenv.ZKOptions{ForceSync: true})
+			})(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var kept []bench.Target
+			for _, t := range st.targets {
+				if t.Kind == bench.KindPeer || strings.HasSuffix(t.Name, "/basic") {
+					continue
+				}
+				t.Only = []string{bench.Uncontended, bench.Handoff}
+				t.Note = "ZooKeeper with forceSync=yes (its default: fsync every write)"
+				kept = append(kept, t)
+			}
+			st.targets = kept
+			delete(st.skipped, "zookeeper-fsync/basic")
+			return st, nil
+		}},
 		{"redlock", func(ctx context.Context) (*started, error) {
 			var nodes []*testenv.Server
 			closeAll := func() {
