@@ -286,7 +286,7 @@ func (rep *Report) charts() []chart {
 			l.AddSeries(n, d)
 		}
 		out = append(out, snippet(l, "Open loop: p99 latency vs offered load",
-			"Poisson arrivals at 25/50/75% of each target's own many-keys capacity; latency counted from the intended start time, so a stalled server is not hidden (no coordinated omission)."))
+			"Poisson arrivals at 25/50/75% of each target's own many-keys capacity; latency counted from the intended start time whenever the client was still busy then, so a stalled server is not hidden (no coordinated omission); from the actual start when the client was idle, so that the timer's lateness is not counted."))
 	}
 	return out
 }

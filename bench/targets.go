@@ -153,7 +153,11 @@ func TargetsForURL(s *Server, rawURL string) []Target {
 	fam := FamilyOf(rawURL)
 	if fam == "memory" {
 		t := MemoryTarget()
-		t.URL = rawURL
+		// A bare mem:// is a private namespace per Open: the clients would
+		// not share a lock. Give them one.
+		if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+			t.URL = rawURL
+		}
 		return []Target{t}
 	}
 	all, _ := TargetsFor(s)
