@@ -141,11 +141,17 @@ func analyse(h *History, cfg Config) *Result {
 			continue
 		}
 		// The holder is safe when it knew of the loss, or had already let
-		// go (called release), before the next grant: end(l) is the
-		// earlier of the two.
+		// go (called release), before the next grant: End is the earlier
+		// of the two. On a TTL-bound backend the lease's local deadline
+		// is the signal the portable layer promises: a paused process
+		// cannot run the timer that closes Done, but its deadline passed.
 		next := leases[i+1]
 		res.Lost++
-		if l.End >= 0 && l.End <= next.Granted {
+		sig := l.End
+		if l.Deadline >= 0 && (sig < 0 || l.Deadline < sig) {
+			sig = l.Deadline
+		}
+		if sig >= 0 && sig <= next.Granted {
 			res.Signalled++
 		}
 	}

@@ -52,3 +52,40 @@ func TestAnalyse(t *testing.T) {
 		t.Errorf("unsafe fault: unexpected failure %q", f)
 	}
 }
+
+// TestFencedOps checks the conversion to the conformance checker: a killed
+// holder followed by a grant with a higher token is legal; a token that
+// goes backwards is a violation.
+func TestFencedOps(t *testing.T) {
+	mk := func(third uint64) *History {
+		h := &History{
+			Ops: []Op{
+				{Client: 1, Kind: "acquire", Lease: 1, Call: 0, Return: 10, OK: true, Token: 1},
+				{Client: 1, Kind: "write", Lease: 1, Call: 11, Return: 11, OK: true, Token: 1},
+				{Client: 1, Kind: "release", Lease: 1, Call: 12, Return: 13, OK: true, Token: 1},
+				{Client: 2, Kind: "acquire", Lease: 1, Call: 14, Return: 15, OK: true, Token: 2},
+				{Client: 2, Kind: "write", Lease: 1, Call: 16, Return: 16, OK: true, Token: 2},
+				// client 2 is killed holding the lock; client 3 gets it later
+				{Client: 3, Kind: "acquire", Lease: 1, Call: 20, Return: 40, OK: true, Token: third},
+				{Client: 3, Kind: "write", Lease: 1, Call: 41, Return: 41, OK: third >= 2, Token: third},
+			},
+			Leases: []*LeaseRec{
+				lease(1, 10, 12, "released"), lease(2, 15, 30, "killed"), lease(3, 40, -1, "open"),
+			},
+			End: 50,
+		}
+		h.Leases[0].Token, h.Leases[1].Token, h.Leases[2].Token = 1, 2, third
+		return h
+	}
+	cfg := Config{Target: &Target{Backend: "test", Caps: driver.Capabilities{Fencing: true}}, Fault: FaultByName("kill"), Dir: t.TempDir()}
+	if res := analyse(mk(3), cfg); res.FencedViolations != 0 {
+		t.Errorf("legal history: %d fenced violations (%s)", res.FencedViolations, res.FencedNote)
+	}
+	res := analyse(mk(1), cfg)
+	if res.FencedViolations != 1 {
+		t.Errorf("token going backwards: %d fenced violations, want 1", res.FencedViolations)
+	}
+	if res.Visualization == "" {
+		t.Error("no visualisation written for the failing history")
+	}
+}

@@ -2,31 +2,87 @@ package faults
 
 import (
 	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/conformance"
 )
 
-// fencedRegister is the protected resource: it accepts a write only with a
-// token at least as high as every token it accepted before.
-//
-// TODO(conformance): replace with the conformance package's fenced
-// register once it lands.
-type fencedRegister struct{ max uint64 }
+// The fenced register and the fenced-mutex checker are the conformance
+// package's: this file only converts a run's history to its operations.
 
-func newRegister() fencedRegister { return fencedRegister{} }
-
-// Write reports whether a write with token was accepted.
-func (r *fencedRegister) Write(token uint64, _ any) error {
-	if token < r.max {
-		return errStale
+// fencedOps converts h to the conformance checker's operations. Every
+// grant that ended neither by a successful release nor by a reported loss
+// (its holder was killed, its release failed, the run ended) gets a loss
+// whose window runs from the grant to the return of the next grant: if the
+// backend is correct the lease was gone by then, and the model places the
+// loss anywhere in that window, so the conversion never invents a
+// violation nor hides one.
+func fencedOps(h *History) []conformance.Op {
+	var ops []conformance.Op
+	released := map[[2]int]bool{}
+	for _, op := range h.Ops {
+		c := conformance.Op{Client: op.Client, Token: op.Token, OK: op.OK, Call: op.Call, Return: op.Return}
+		switch op.Kind {
+		case "acquire":
+			c.Kind = conformance.OpAcquire
+		case "release":
+			c.Kind = conformance.OpRelease
+			if op.OK {
+				released[[2]int{op.Client, op.Lease}] = true
+			}
+		case "write":
+			c.Kind = conformance.OpWrite
+		default:
+			continue
+		}
+		ops = append(ops, c)
 	}
-	r.max = token
-	return nil
+	grants := make([]*LeaseRec, len(h.Leases))
+	copy(grants, h.Leases)
+	sort.SliceStable(grants, func(i, j int) bool { return grants[i].Granted < grants[j].Granted })
+	for i, l := range grants {
+		if released[[2]int{l.Client, l.Seq}] {
+			continue
+		}
+		ret := int64(-1)
+		if l.DoneKind == kindLost && l.DoneAt >= 0 {
+			ret = l.DoneAt
+		} else if i+1 < len(grants) {
+			ret = grants[i+1].Granted
+		}
+		ops = append(ops, conformance.Op{Client: l.Client, Kind: conformance.OpLost, Token: l.Token, OK: true, Call: l.Granted, Return: ret})
+	}
+	return ops
 }
 
-var errStale = errors.New("faults: stale token")
-
-// checkFenced runs the fenced-mutex checker over h.
+// checkFenced runs the conformance fenced-mutex checker over h; the
+// visualisation of a failing history goes to dir.
 func checkFenced(h *History, res *Result, fencing bool, dir string, timeout time.Duration) {
-	res.FencedViolations = -1
-	res.FencedNote = "conformance checker not available yet"
+	name := strings.ReplaceAll(res.Backend, "/", "-") + "-" + res.Fault
+	err := conformance.CheckFenced(fencedOps(h), conformance.FencedOptions{
+		Fencing: fencing, Dir: dir, Name: name, Timeout: timeout,
+	})
+	var fe *conformance.FencedError
+	switch {
+	case err == nil:
+		res.FencedViolations = 0
+	case errors.As(err, &fe):
+		// porcupine judges the history as a whole: 1 means "not
+		// linearizable", with the visualisation showing where.
+		res.FencedViolations = 1
+		res.Visualization = fe.Visualization
+		if fe.Visualization != "" {
+			res.FencedNote = "see " + filepath.Base(fe.Visualization)
+		}
+	default:
+		res.FencedViolations = -1
+		res.FencedNote = fmt.Sprintf("checker: %v", err)
+	}
+	if !fencing {
+		res.FencedNote = strings.TrimSpace("backend declares no fencing: mutex part only. " + res.FencedNote)
+	}
 }

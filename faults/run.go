@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -86,7 +87,7 @@ type client struct {
 type run struct {
 	cfg  Config
 	t0   time.Time
-	reg  fencedRegister
+	reg  conformance.Register
 	stop chan struct{} // closed at the end of the run
 
 	mu        sync.Mutex
