@@ -127,7 +127,7 @@ func Catalogue() []*Fault {
 		},
 		{
 			Name:    "partition",
-			Doc:     "the holder is cut off from every server through its proxy, alternately silently (timeout toxic both ways, connections closed at the end) and by resets (reset_peer), for twice its TTL",
+			Doc:     "the holder is cut off from every server through its proxy, alternately silently (timeout toxic both ways, connections closed at the end) and by resets (reset_peer), past its TTL and the backend's crash bound",
 			Applies: always,
 			Inject: func(ctx context.Context, x *Injection) error {
 				id, err := holder(ctx, x)
@@ -221,7 +221,7 @@ func Catalogue() []*Fault {
 		mixed(),
 		{
 			Name:    "evict",
-			Doc:     "the server is filled with junk keys under maxmemory with an evicting policy (allkeys-random), so the lock key and its fence counter may be evicted",
+			Doc:     "the server is filled with junk keys beyond a maxmemory limit under the volatile-ttl policy, so the lock key (the volatile key closest to expiry) is evicted while its holder still holds it; the fence counter (no TTL) stays",
 			Applies: func(t *Target) bool { return t.Hooks.Evict != nil },
 			Inject: func(ctx context.Context, x *Injection) error {
 				return x.Target().Hooks.Evict(ctx, x)
