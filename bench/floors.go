@@ -26,14 +26,14 @@ func init() {
 	openers["redis-floor"] = openRedisFloor
 	openers["zk-rtt"] = openZKRTT
 	openers["zk-floor"] = openZKFloor
-	openers["pg-rtt"] = openPGRTT
-	openers["pg-forupdate-floor"] = openPGForUpdateFloor
-	openers["pg-advisory-floor"] = openPGAdvisoryFloor
-	openers["mysql-rtt"] = openMySQLRTT
-	openers["mysql-forupdate-floor"] = openMySQLForUpdateFloor
-	openers["mysql-getlock-floor"] = openMySQLGetLockFloor
-	openers["pg-version-floor"] = openPGVersionFloor
-	openers["mysql-version-floor"] = openMySQLVersionFloor
+	openers["pg-rtt"] = sqlOpener(pgConn, sqlRTT)
+	openers["pg-forupdate-floor"] = sqlOpener(pgConn, forUpdateFloor)
+	openers["pg-version-floor"] = sqlOpener(pgConn, versionFloor)
+	openers["pg-advisory-floor"] = sqlOpener(pgConn, nativeFloor)
+	openers["mysql-rtt"] = sqlOpener(myConn, sqlRTT)
+	openers["mysql-forupdate-floor"] = sqlOpener(myConn, forUpdateFloor)
+	openers["mysql-version-floor"] = sqlOpener(myConn, versionFloor)
+	openers["mysql-getlock-floor"] = sqlOpener(myConn, nativeFloor)
 }
 
 // floorTable is the table the SQL row-lock floors lock rows of;
@@ -166,7 +166,109 @@ func openZKFloor(ctx context.Context, t Target) (Client, error) {
 	}, nil
 }
 
-// --- PostgreSQL: SELECT 1; BEGIN + SELECT … FOR UPDATE / COMMIT; advisory ---
+// --- SQL: SELECT 1; BEGIN + SELECT … FOR UPDATE / COMMIT; lease row; native locks ---
+
+// sqlConn is one pinned connection to PostgreSQL or MySQL and the dialect
+// of the statements the SQL floors send. The floors themselves are
+// written once, over it.
+type sqlConn struct {
+	// exec runs one statement and returns the rows it affected; multi runs
+	// several statements sent together in one round trip.
+	exec  func(ctx context.Context, query string, args ...any) (int64, error)
+	multi func(ctx context.Context, query string, args ...any) error
+	// value runs a query returning one integer (0 for NULL); text one string.
+	value func(ctx context.Context, query string, args ...any) (int64, error)
+	text  func(ctx context.Context, query string) (string, error)
+	close func() error
+
+	floorDDL, insertFloor, lockRow string // forupdate: row table, row insert, BEGIN + SELECT … FOR UPDATE
+	leaseDDL, insertLease          string // version: lease table and row insert
+	takeLease, freeLease           string // version: args (owner, name)
+	lockNative, unlockNative       string // advisory / GET_LOCK: arg key; lockNative returns 1 when granted
+	nativeKey                      func(name string) any
+}
+
+func pgConn(ctx context.Context, t Target) (*sqlConn, error) {
+	c, err := pgConnect(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return &sqlConn{
+		exec: func(ctx context.Context, q string, args ...any) (int64, error) {
+			tag, err := c.Exec(ctx, q, args...)
+			return tag.RowsAffected(), err
+		},
+		multi: func(ctx context.Context, q string, args ...any) error {
+			// The simple protocol carries several statements in one message.
+			_, err := c.Exec(ctx, q, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+			return err
+		},
+		value: func(ctx context.Context, q string, args ...any) (int64, error) {
+			var v *int64
+			err := c.QueryRow(ctx, q, args...).Scan(&v)
+			if v == nil {
+				return 0, err
+			}
+			return *v, err
+		},
+		text: func(ctx context.Context, q string) (v string, err error) {
+			err = c.QueryRow(ctx, q).Scan(&v)
+			return v, err
+		},
+		close:        func() error { return c.Close(context.Background()) },
+		floorDDL:     "CREATE TABLE IF NOT EXISTS " + floorTable + " (name text PRIMARY KEY)",
+		insertFloor:  "INSERT INTO " + floorTable + " (name) VALUES ($1) ON CONFLICT DO NOTHING",
+		lockRow:      "BEGIN; SELECT 1 FROM " + floorTable + " WHERE name = $1 FOR UPDATE",
+		leaseDDL:     "CREATE TABLE IF NOT EXISTS " + leaseTable + " (name text PRIMARY KEY, owner text, expires timestamptz, version bigint NOT NULL DEFAULT 0)",
+		insertLease:  "INSERT INTO " + leaseTable + " (name) VALUES ($1) ON CONFLICT DO NOTHING",
+		takeLease:    "UPDATE " + leaseTable + " SET owner = $1, expires = now() + interval '10 seconds', version = version + 1 WHERE name = $2 AND (owner IS NULL OR expires < now())",
+		freeLease:    "UPDATE " + leaseTable + " SET owner = NULL WHERE owner = $1 AND name = $2",
+		lockNative:   "SELECT 1::bigint FROM (SELECT pg_advisory_lock($1)) AS l",
+		unlockNative: "SELECT pg_advisory_unlock($1)",
+		nativeKey:    func(name string) any { return advisoryKey(name) },
+	}, nil
+}
+
+func myConn(ctx context.Context, t Target) (*sqlConn, error) {
+	db, c, err := mysqlConn(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	exec := func(ctx context.Context, q string, args ...any) (int64, error) {
+		res, err := c.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	return &sqlConn{
+		exec: exec,
+		multi: func(ctx context.Context, q string, args ...any) error {
+			_, err := exec(ctx, q, args...) // multiStatements=true
+			return err
+		},
+		value: func(ctx context.Context, q string, args ...any) (int64, error) {
+			var v sql.NullInt64
+			err := c.QueryRowContext(ctx, q, args...).Scan(&v)
+			return v.Int64, err
+		},
+		text: func(ctx context.Context, q string) (v string, err error) {
+			err = c.QueryRowContext(ctx, q).Scan(&v)
+			return v, err
+		},
+		close:        func() error { c.Close(); return db.Close() },
+		floorDDL:     "CREATE TABLE IF NOT EXISTS " + floorTable + " (name VARCHAR(191) PRIMARY KEY) ENGINE=InnoDB",
+		insertFloor:  "INSERT IGNORE INTO " + floorTable + " (name) VALUES (?)",
+		lockRow:      "BEGIN; SELECT 1 FROM " + floorTable + " WHERE name = ? FOR UPDATE",
+		leaseDDL:     "CREATE TABLE IF NOT EXISTS " + leaseTable + " (name VARCHAR(191) PRIMARY KEY, owner VARCHAR(64), expires DATETIME(6), version BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
+		insertLease:  "INSERT IGNORE INTO " + leaseTable + " (name) VALUES (?)",
+		takeLease:    "UPDATE " + leaseTable + " SET owner = ?, expires = NOW(6) + INTERVAL 10 SECOND, version = version + 1 WHERE name = ? AND (owner IS NULL OR expires < NOW(6))",
+		freeLease:    "UPDATE " + leaseTable + " SET owner = NULL WHERE owner = ? AND name = ?",
+		lockNative:   "SELECT GET_LOCK(?, 10)",
+		unlockNative: "DO RELEASE_LOCK(?)",
+		nativeKey:    func(name string) any { return name },
+	}, nil
+}
 
 func pgConnect(ctx context.Context, t Target) (*pgx.Conn, error) {
 	c, err := pgx.Connect(ctx, t.URL)
@@ -175,106 +277,6 @@ func pgConnect(ctx context.Context, t Target) (*pgx.Conn, error) {
 	}
 	return c, nil
 }
-
-func openPGRTT(ctx context.Context, t Target) (Client, error) {
-	c, err := pgConnect(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	return rttClient(func(ctx context.Context) error { _, err := c.Exec(ctx, "SELECT 1"); return err },
-		func() error { return c.Close(context.Background()) }), nil
-}
-
-// sqlFloor is a SQL floor: acquire makes one attempt on the pinned
-// connection; ensure inserts the name's row once per client (outside the
-// steady state of the timed loop).
-func sqlFloor(ensure func(ctx context.Context, name string) error,
-	acquire func(ctx context.Context, name string) (release func(ctx context.Context) error, ok bool, err error),
-	closeFn func() error) *retryClient {
-	seen := map[string]bool{}
-	return &retryClient{
-		try: func(ctx context.Context, name string) (Held, bool, error) {
-			if !seen[name] {
-				if err := ensure(ctx, name); err != nil {
-					return nil, false, err
-				}
-				seen[name] = true
-			}
-			rel, ok, err := acquire(ctx, name)
-			if err != nil || !ok {
-				return nil, false, err
-			}
-			return noToken{release: rel}, true, nil
-		},
-		close: closeFn,
-	}
-}
-
-// leaseOwner returns a fresh owner value for the version floors.
-func leaseOwner() string { return fmt.Sprintf("%016x", rand.Uint64()) }
-
-// safeName checks that a name can be put into SQL text literally; the
-// harness only makes names of letters, digits and '-'.
-func safeName(name string) error {
-	for _, r := range name {
-		if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return fmt.Errorf("bench: name %q is not [A-Za-z0-9-]", name)
-		}
-	}
-	return nil
-}
-
-func openPGForUpdateFloor(ctx context.Context, t Target) (Client, error) {
-	c, err := pgConnect(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	// Concurrent CREATE TABLE IF NOT EXISTS can collide on the catalog:
-	// the loser's error is ignored and the INSERT below tells.
-	_, _ = c.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+floorTable+" (name text PRIMARY KEY)")
-	return sqlFloor(
-		func(ctx context.Context, name string) error {
-			_, err := c.Exec(ctx, "INSERT INTO "+floorTable+" (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
-			return err
-		},
-		func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
-			if err := safeName(name); err != nil {
-				return nil, false, err
-			}
-			_, err := c.Exec(ctx, "BEGIN; SELECT 1 FROM "+floorTable+" WHERE name = '"+name+"' FOR UPDATE", pgx.QueryExecModeSimpleProtocol)
-			return func(ctx context.Context) error { _, err := c.Exec(ctx, "COMMIT"); return err }, err == nil, err
-		},
-		func() error { return c.Close(context.Background()) }), nil
-}
-
-// advisoryKey hashes a name to the 64-bit key of an advisory lock.
-func advisoryKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return int64(h.Sum64())
-}
-
-func openPGAdvisoryFloor(ctx context.Context, t Target) (Client, error) {
-	c, err := pgConnect(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	return &retryClient{
-		try: func(ctx context.Context, name string) (Held, bool, error) {
-			key := advisoryKey(name)
-			if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-				return nil, false, err
-			}
-			return noToken{release: func(ctx context.Context) error {
-				_, err := c.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
-				return err
-			}}, true, nil
-		},
-		close: func() error { return c.Close(context.Background()) },
-	}, nil
-}
-
-// --- MySQL/MariaDB: SELECT 1; BEGIN + SELECT … FOR UPDATE / COMMIT; GET_LOCK ---
 
 // mysqlConn opens one pinned connection from a mysql:// URL.
 func mysqlConn(ctx context.Context, t Target) (*sql.DB, *sql.Conn, error) {
@@ -303,112 +305,95 @@ func mysqlConn(ctx context.Context, t Target) (*sql.DB, *sql.Conn, error) {
 	return db, c, nil
 }
 
-func openMySQLRTT(ctx context.Context, t Target) (Client, error) {
-	db, c, err := mysqlConn(ctx, t)
-	if err != nil {
-		return nil, err
+// sqlOpener adapts a SQL floor to an opener for a dialect.
+func sqlOpener(connect func(context.Context, Target) (*sqlConn, error), floor func(ctx context.Context, c *sqlConn) (*retryClient, error)) opener {
+	return func(ctx context.Context, t Target) (Client, error) {
+		c, err := connect(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		rc, err := floor(ctx, c)
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("bench: %s: %w", t.Name, err)
+		}
+		return rc, nil
 	}
-	return rttClient(func(ctx context.Context) error { _, err := c.ExecContext(ctx, "SELECT 1"); return err },
-		func() error { c.Close(); return db.Close() }), nil
 }
 
-func openMySQLForUpdateFloor(ctx context.Context, t Target) (Client, error) {
-	db, c, err := mysqlConn(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	_, _ = c.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+floorTable+" (name VARCHAR(191) PRIMARY KEY) ENGINE=InnoDB")
-	return sqlFloor(
-		func(ctx context.Context, name string) error {
-			_, err := c.ExecContext(ctx, "INSERT IGNORE INTO "+floorTable+" (name) VALUES (?)", name)
-			return err
-		},
-		func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
-			_, err := c.ExecContext(ctx, "BEGIN; SELECT 1 FROM "+floorTable+" WHERE name = ? FOR UPDATE", name)
-			return func(ctx context.Context) error { _, err := c.ExecContext(ctx, "COMMIT"); return err }, err == nil, err
-		},
-		func() error { c.Close(); return db.Close() }), nil
+func sqlRTT(ctx context.Context, c *sqlConn) (*retryClient, error) {
+	return rttClient(func(ctx context.Context) error { _, err := c.exec(ctx, "SELECT 1"); return err }, c.close), nil
 }
 
-func openMySQLGetLockFloor(ctx context.Context, t Target) (Client, error) {
-	db, c, err := mysqlConn(ctx, t)
-	if err != nil {
-		return nil, err
-	}
+// sqlFloor makes a floor client: acquire makes one attempt on the pinned
+// connection; ensure inserts the name's row once per client (outside the
+// steady state of the timed loop).
+func sqlFloor(c *sqlConn, ensure string,
+	acquire func(ctx context.Context, name string) (release func(ctx context.Context) error, ok bool, err error)) *retryClient {
+	seen := map[string]bool{}
 	return &retryClient{
 		try: func(ctx context.Context, name string) (Held, bool, error) {
-			var got sql.NullInt64
-			if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", name).Scan(&got); err != nil {
+			if ensure != "" && !seen[name] {
+				if _, err := c.exec(ctx, ensure, name); err != nil {
+					return nil, false, err
+				}
+				seen[name] = true
+			}
+			rel, ok, err := acquire(ctx, name)
+			if err != nil || !ok {
 				return nil, false, err
 			}
-			if got.Int64 != 1 {
-				return nil, false, nil
-			}
-			return noToken{release: func(ctx context.Context) error {
-				_, err := c.ExecContext(ctx, "DO RELEASE_LOCK(?)", name)
-				return err
-			}}, true, nil
+			return noToken{release: rel}, true, nil
 		},
-		close: func() error { c.Close(); return db.Close() },
-	}, nil
+		close: c.close,
+	}
 }
 
-// The version floors: an optimistic lease row taken by one conditional
-// UPDATE (free or expired by the server's clock) and freed by another.
-
-func openPGVersionFloor(ctx context.Context, t Target) (Client, error) {
-	c, err := pgConnect(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	_, _ = c.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+leaseTable+
-		" (name text PRIMARY KEY, owner text, expires timestamptz, version bigint NOT NULL DEFAULT 0)")
-	return sqlFloor(
-		func(ctx context.Context, name string) error {
-			_, err := c.Exec(ctx, "INSERT INTO "+leaseTable+" (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
-			return err
-		},
-		func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
-			owner := leaseOwner()
-			tag, err := c.Exec(ctx, "UPDATE "+leaseTable+" SET owner = $2, expires = now() + interval '10 seconds', version = version + 1"+
-				" WHERE name = $1 AND (owner IS NULL OR expires < now())", name, owner)
-			if err != nil || tag.RowsAffected() != 1 {
-				return nil, false, err
-			}
-			return func(ctx context.Context) error {
-				_, err := c.Exec(ctx, "UPDATE "+leaseTable+" SET owner = NULL WHERE name = $1 AND owner = $2", name, owner)
-				return err
-			}, true, nil
-		},
-		func() error { return c.Close(context.Background()) }), nil
+// forUpdateFloor: BEGIN and SELECT … FOR UPDATE sent together (one round
+// trip), COMMIT to free.
+func forUpdateFloor(ctx context.Context, c *sqlConn) (*retryClient, error) {
+	// Concurrent CREATE TABLE IF NOT EXISTS can collide on the catalog:
+	// the loser's error is ignored and the INSERT tells.
+	_, _ = c.exec(ctx, c.floorDDL)
+	commit := func(ctx context.Context) error { _, err := c.exec(ctx, "COMMIT"); return err }
+	return sqlFloor(c, c.insertFloor, func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
+		err := c.multi(ctx, c.lockRow, name)
+		return commit, err == nil, err
+	}), nil
 }
 
-func openMySQLVersionFloor(ctx context.Context, t Target) (Client, error) {
-	db, c, err := mysqlConn(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	_, _ = c.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+leaseTable+
-		" (name VARCHAR(191) PRIMARY KEY, owner VARCHAR(64), expires DATETIME(6), version BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB")
-	return sqlFloor(
-		func(ctx context.Context, name string) error {
-			_, err := c.ExecContext(ctx, "INSERT IGNORE INTO "+leaseTable+" (name) VALUES (?)", name)
-			return err
-		},
-		func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
-			owner := leaseOwner()
-			res, err := c.ExecContext(ctx, "UPDATE "+leaseTable+" SET owner = ?, expires = NOW(6) + INTERVAL 10 SECOND, version = version + 1"+
-				" WHERE name = ? AND (owner IS NULL OR expires < NOW(6))", owner, name)
-			if err != nil {
-				return nil, false, err
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return nil, false, nil
-			}
-			return func(ctx context.Context) error {
-				_, err := c.ExecContext(ctx, "UPDATE "+leaseTable+" SET owner = NULL WHERE name = ? AND owner = ?", name, owner)
-				return err
-			}, true, nil
-		},
-		func() error { c.Close(); return db.Close() }), nil
+// versionFloor: an optimistic lease row taken by one conditional UPDATE
+// (free or expired by the server's clock) and freed by another.
+func versionFloor(ctx context.Context, c *sqlConn) (*retryClient, error) {
+	_, _ = c.exec(ctx, c.leaseDDL)
+	return sqlFloor(c, c.insertLease, func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
+		owner := leaseOwner()
+		n, err := c.exec(ctx, c.takeLease, owner, name)
+		if err != nil || n != 1 {
+			return nil, false, err
+		}
+		return func(ctx context.Context) error { _, err := c.exec(ctx, c.freeLease, owner, name); return err }, true, nil
+	}), nil
+}
+
+// nativeFloor: the server's own named locks (pg_advisory_lock, GET_LOCK).
+func nativeFloor(ctx context.Context, c *sqlConn) (*retryClient, error) {
+	return sqlFloor(c, "", func(ctx context.Context, name string) (func(context.Context) error, bool, error) {
+		key := c.nativeKey(name)
+		n, err := c.value(ctx, c.lockNative, key)
+		if err != nil || n != 1 {
+			return nil, false, err
+		}
+		return func(ctx context.Context) error { _, err := c.exec(ctx, c.unlockNative, key); return err }, true, nil
+	}), nil
+}
+
+// leaseOwner returns a fresh owner value for the version floors.
+func leaseOwner() string { return fmt.Sprintf("%016x", rand.Uint64()) }
+
+// advisoryKey hashes a name to the 64-bit key of an advisory lock.
+func advisoryKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
 }

@@ -248,31 +248,23 @@ func (s *Server) ReadSettings(ctx context.Context) {
 		}
 	case "zookeeper":
 		s.zkSettings(set)
-	case "postgres":
-		t := Target{Name: s.ID, URL: s.URL}
-		c, err := pgConnect(ctx, t)
+	case "postgres", "mysql":
+		conn := pgConn
+		keys := []string{"synchronous_commit", "fsync", "server_version", "shared_buffers", "max_connections"}
+		query := func(k string) string { return "SHOW " + k }
+		if s.Backend == "mysql" {
+			conn = myConn
+			keys = []string{"version", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin", "max_connections"}
+			query = func(k string) string { return "SELECT CAST(@@" + k + " AS CHAR)" }
+		}
+		c, err := conn(ctx, Target{Name: s.ID, URL: s.URL})
 		if err != nil {
 			fail(err)
 			return
 		}
-		defer c.Close(ctx)
-		for _, k := range []string{"synchronous_commit", "fsync", "server_version", "shared_buffers", "max_connections"} {
-			var v string
-			if err := c.QueryRow(ctx, "SHOW "+k).Scan(&v); err == nil {
-				set(k, v)
-			}
-		}
-	case "mysql":
-		db, c, err := mysqlConn(ctx, Target{Name: s.ID, URL: s.URL})
-		if err != nil {
-			fail(err)
-			return
-		}
-		defer db.Close()
-		defer c.Close()
-		for _, k := range []string{"version", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin", "max_connections"} {
-			var v string
-			if err := c.QueryRowContext(ctx, "SELECT @@"+k).Scan(&v); err == nil {
+		defer c.close()
+		for _, k := range keys {
+			if v, err := c.text(ctx, query(k)); err == nil {
 				set(k, v)
 			}
 		}
@@ -336,21 +328,11 @@ func javaVersion(cmdline []byte) string {
 
 // Ping makes one round trip to check that the server answers.
 func (s *Server) Ping(ctx context.Context) error {
-	t := Target{Name: s.ID, URL: s.URL}
-	var c Client
-	var err error
-	switch s.Backend {
-	case "redis":
-		c, err = openRedisRTT(ctx, t)
-	case "zookeeper":
-		c, err = openZKRTT(ctx, t)
-	case "postgres":
-		c, err = openPGRTT(ctx, t)
-	case "mysql":
-		c, err = openMySQLRTT(ctx, t)
-	default:
+	impl := rttImpl[s.Backend]
+	if impl == "" {
 		return nil
 	}
+	c, err := Open(ctx, Target{Name: s.ID, Kind: KindRTT, Impl: impl, URL: s.URL})
 	if err != nil {
 		return err
 	}
