@@ -34,7 +34,7 @@ const DefaultPrefix = "dlock:"
 
 // DefaultNodeTimeout bounds each request to one Redlock node when
 // Options.NodeTimeout is zero.
-const DefaultNodeTimeout = 50 * time.Millisecond
+const DefaultNodeTimeout = 100 * time.Millisecond
 
 func init() {
 	for _, s := range []string{Scheme, SchemeTLS, SchemeCluster, SchemeRedlock} {
@@ -51,7 +51,7 @@ type Options struct {
 	Prefix string
 	// NodeTimeout bounds each request to one Redlock node (OpenRedlock
 	// only); it is also capped by the lease TTL. Default
-	// DefaultNodeTimeout, 50ms.
+	// DefaultNodeTimeout, 100ms.
 	NodeTimeout time.Duration
 }
 

@@ -177,13 +177,21 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	// timeout), then take back every key this attempt may have set, with a
 	// fresh context, so that nothing of it blocks another acquirer.
 	for ; answered < n; answered++ {
-		if o := <-results; o.err != nil {
+		switch o := <-results; {
+		case o.err != nil:
 			errs = append(errs, o.err)
+		case o.ok:
+			granted++
+		default:
+			refused++
 		}
 	}
 	if granted > 0 || len(errs) > 0 {
+		// Without a publish: waking every waiter for a lock that was never
+		// held would have them all fan out at once and split the votes
+		// again. They retry after the portable layer's random delay.
 		cctx, cancel := cleanupContext(ctx)
-		r.releaseAll(cctx, k, value, id)
+		r.releaseAll(cctx, k, value, "", id)
 		cancel()
 	}
 	switch {
@@ -198,9 +206,9 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 }
 
 // releaseAll runs release.lua on every node and counts the answers.
-func (r *redlock) releaseAll(ctx context.Context, k keys, value, id string) (released, notHeld int, errs []error) {
+func (r *redlock) releaseAll(ctx context.Context, k keys, value, pubCmd, id string) (released, notHeld int, errs []error) {
 	results := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
-		ok, err := releaseOn(ctx, c, k, value, "PUBLISH", id)
+		ok, err := releaseOn(ctx, c, k, value, pubCmd, id)
 		return outcome{ok: ok, err: err}
 	})
 	for range r.nodes {
@@ -324,7 +332,7 @@ func (ls *rlease) Refresh(ctx context.Context, ttl time.Duration) error {
 // value, and publishes the release there.
 func (ls *rlease) Release(ctx context.Context) error {
 	r := ls.r
-	released, notHeld, errs := r.releaseAll(ctx, ls.k, ls.value, ls.id)
+	released, notHeld, errs := r.releaseAll(ctx, ls.k, ls.value, "PUBLISH", ls.id)
 	switch {
 	case released >= r.quorum:
 		return nil

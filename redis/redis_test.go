@@ -1,0 +1,523 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// target is one deployment the tests run against, with raw clients to
+// its servers for checks and faults behind the driver's back.
+type target struct {
+	name    string
+	url     string
+	raw     []goredis.UniversalClient // one per server (one ClusterClient for a cluster)
+	redlock bool
+}
+
+// del deletes key on every server of the target (a revocation).
+func (tg *target) del(ctx context.Context, key string) (int64, error) {
+	var n int64
+	for _, c := range tg.raw {
+		m, err := c.Del(ctx, key).Result()
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func rawClient(t testing.TB, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, DisableIdentity: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func singleTarget(t testing.TB) *target {
+	s := testenv.Redis(t)
+	return &target{name: "single", url: s.URL, raw: []goredis.UniversalClient{rawClient(t, s.Addr)}}
+}
+
+func clusterTarget(t testing.TB) *target {
+	c := testenv.RedisCluster(t)
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs, DisableIdentity: true})
+	t.Cleanup(func() { cc.Close() })
+	return &target{name: "cluster", url: c.URL, raw: []goredis.UniversalClient{cc}}
+}
+
+func redlockTarget(t testing.TB, n int) *target {
+	nodes := testenv.RedisNodes(t, n)
+	return redlockOn(t, nodes)
+}
+
+func redlockOn(t testing.TB, nodes []*testenv.Server) *target {
+	tg := &target{name: "redlock" + string(rune('0'+len(nodes))), redlock: true}
+	addrs := make([]string, len(nodes))
+	for i, s := range nodes {
+		addrs[i] = s.Addr
+		tg.raw = append(tg.raw, rawClient(t, s.Addr))
+	}
+	tg.url = "redlock://" + strings.Join(addrs, ",")
+	return tg
+}
+
+// forEach runs f against a single server, a 3-master cluster and Redlock
+// over 3 and 5 nodes.
+func forEach(t *testing.T, f func(t *testing.T, tg *target)) {
+	for _, mk := range []func(testing.TB) *target{
+		singleTarget,
+		clusterTarget,
+		func(t testing.TB) *target { return redlockTarget(t, 3) },
+		func(t testing.TB) *target { return redlockTarget(t, 5) },
+	} {
+		tg := mk(t)
+		t.Run(tg.name, func(t *testing.T) { f(t, tg) })
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t *testing.T, ctx context.Context, url string) *dlock.Locker {
+	t.Helper()
+	l, err := dlock.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func uniqueName(t *testing.T) string { return t.Name() + "/" + rand.Text()[:8] }
+
+func TestLockCycle(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
+		name := uniqueName(t)
+		la, err := a.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 10 * time.Second, Owner: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if la.Token() == 0 {
+			t.Error("token 0")
+		}
+		_, err = b.TryAcquire(ctx, name, nil)
+		var na *driver.NotAcquiredError
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &na) {
+			t.Fatalf("TryAcquire of a held lock: %v, want a NotAcquiredError", err)
+		}
+		if na.RetryAfter <= 0 || na.RetryAfter > 10*time.Second {
+			t.Errorf("RetryAfter %v, want the holder's PTTL in (0, 10s]", na.RetryAfter)
+		}
+		info, err := b.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held || info.Owner != "alice" || info.TTL <= 0 || info.TTL > 10*time.Second || info.Fence < la.Token() {
+			t.Errorf("Inspect = %+v, want held by alice with a TTL and fence >= %d", info, la.Token())
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := la.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("second Release: %v, want ErrNotHeld", err)
+		}
+		if info, err := b.Inspect(ctx, name); err != nil || info.Held {
+			t.Errorf("Inspect after release = %+v, %v", info, err)
+		}
+		lb, err := b.TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lb.Release(ctx)
+		if lb.Token() <= la.Token() {
+			t.Errorf("token %d after %d: want it to increase", lb.Token(), la.Token())
+		}
+		if err := lb.Refresh(ctx); err != nil {
+			t.Errorf("Refresh: %v", err)
+		}
+	})
+}
+
+// TestWatchWakes checks the driver's Watch directly (no fallback timer
+// behind it): a release right after Watch returned must wake the watcher,
+// for a fresh name (a new subscription, which Watch must have seen
+// confirmed) and for a name watched before (a lingering subscription).
+func TestWatchWakes(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		w, err := openURL(ctx, tg.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		other := open(t, ctx, tg.url)
+		base := uniqueName(t)
+		for i := range 40 {
+			name := base + "/" + string(rune('a'+i%20))
+			wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := other.TryAcquire(ctx, name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-wake:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: no wake-up within 5s of a release", i)
+			}
+			stop()
+		}
+	})
+}
+
+func TestRevokedLeaseIsLost(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		l := open(t, ctx, tg.url)
+		name := uniqueName(t)
+		ls, err := l.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := tg.del(ctx, keysFor(DefaultPrefix, name).lock); err != nil || n == 0 {
+			t.Fatalf("DEL: %d, %v", n, err)
+		}
+		select {
+		case <-ls.Done():
+			if !errors.Is(ls.Err(), dlock.ErrLockLost) {
+				t.Errorf("Err = %v, want ErrLockLost", ls.Err())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("loss not signalled within 10s")
+		}
+		if err := ls.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Refresh of a lost lease: %v, want ErrNotHeld", err)
+		}
+		if info, err := l.Inspect(ctx, name); err != nil || info.Held {
+			t.Errorf("the lost lock was re-created: %+v, %v", info, err)
+		}
+	})
+}
+
+// TestNoForeignRelease: a lease that expired cannot release or refresh
+// the lock that another owner took since.
+func TestNoForeignRelease(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
+		name := uniqueName(t)
+		la, err := a.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 100 * time.Millisecond, NoKeepAlive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-la.Done()
+		var lb *dlock.Lease
+		for lb == nil {
+			lb, err = b.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 10 * time.Second, Owner: "bob"})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer lb.Release(ctx)
+		// The driver's own calls, below the portable layer's bookkeeping.
+		drv, err := openURL(ctx, tg.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer drv.Close()
+		old, err := drv.TryAcquire(ctx, driver.Request{Name: name + "/other", TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer old.Release(ctx)
+		if err := la.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Release of an expired lease: %v, want ErrNotHeld", err)
+		}
+		info, err := b.Inspect(ctx, name)
+		if err != nil || !info.Held || info.Owner != "bob" {
+			t.Errorf("after the old holder's Release: %+v, %v; want still held by bob", info, err)
+		}
+	})
+}
+
+// TestDriverRefreshRelease checks refresh and release at the driver level:
+// a foreign value neither refreshes nor deletes, and refresh never
+// re-creates a deleted key.
+func TestDriverRefreshRelease(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		drv, err := openURL(ctx, tg.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer drv.Close()
+		name := uniqueName(t)
+		ls, err := drv.TryAcquire(ctx, driver.Request{Name: name, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tg.del(ctx, keysFor(DefaultPrefix, name).lock); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Refresh(ctx, 10*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Refresh after DEL: %v, want ErrNotHeld", err)
+		}
+		if n, _ := tg.del(ctx, keysFor(DefaultPrefix, name).lock); n != 0 {
+			t.Errorf("Refresh re-created the key on %d servers", n)
+		}
+		ls2, err := drv.TryAcquire(ctx, driver.Request{Name: name, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Release by the old grant: %v, want ErrNotHeld", err)
+		}
+		if err := ls2.Release(ctx); err != nil {
+			t.Errorf("Release by the holder: %v", err)
+		}
+	})
+}
+
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
+		name := uniqueName(t)
+		la, err := a.Acquire(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = b.Acquire(cctx, name, nil)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire with an ended context: %v", err)
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lc, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatalf("after a cancelled Acquire and a release: %v", err)
+		}
+		lc.Release(ctx)
+	})
+}
+
+// TestNames: names that could break the hash tag or collide.
+func TestNames(t *testing.T) {
+	names := []string{
+		"plain", "a}", "a%7D", "}leading", "{braces}", "{", "}", "%", "%25",
+		"with space\nand newline", "ünïcødé/日本", strings.Repeat("n", dlock.MaxNameLen),
+		strings.Repeat("}", dlock.MaxNameLen),
+	}
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		l := open(t, ctx, tg.url)
+		prefix := uniqueName(t) + "/"
+		var leases []*dlock.Lease
+		for _, n := range names {
+			name := prefix + n
+			if len(name) > dlock.MaxNameLen {
+				name = name[len(name)-dlock.MaxNameLen:]
+			}
+			ls, err := l.TryAcquire(ctx, name, nil)
+			if err != nil {
+				t.Fatalf("%q: %v (a collision with another name?)", n, err)
+			}
+			leases = append(leases, ls)
+		}
+		for _, ls := range leases {
+			if err := ls.Release(ctx); err != nil {
+				t.Errorf("%q: %v", ls.Name(), err)
+			}
+		}
+	})
+}
+
+// TestHashTag: the three keys of a name share a slot whatever the name.
+func TestHashTag(t *testing.T) {
+	tg := clusterTarget(t)
+	ctx := testCtx(t)
+	cc := tg.raw[0].(*goredis.ClusterClient)
+	seen := map[string]string{}
+	for _, n := range []string{"x", "}", "}}x{", "a}b", "a%7Db", "%", "{a}", strings.Repeat("}", 1024)} {
+		k := keysFor(DefaultPrefix, n)
+		var slots []int64
+		for _, key := range []string{k.lock, k.fence, k.channel} {
+			s, err := cc.ClusterKeySlot(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots = append(slots, s)
+		}
+		if slots[0] != slots[1] || slots[0] != slots[2] {
+			t.Errorf("name %q: keys %q in slots %v", n, k.lock, slots)
+		}
+		if prev, dup := seen[k.lock]; dup {
+			t.Errorf("names %q and %q share the key %q", prev, n, k.lock)
+		}
+		seen[k.lock] = n
+	}
+}
+
+// TestClusterShardedPubSub: on Redis 7 the cluster driver publishes with
+// SPUBLISH.
+func TestClusterShardedPubSub(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	ctx := testCtx(t)
+	drv, err := openURL(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	cmd, err := drv.(*locker).publishCommand(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := c.Nodes[0].Version
+	if want := "SPUBLISH"; v >= "7" && cmd != want {
+		t.Errorf("Redis %s: publish command %s, want %s", v, cmd, want)
+	}
+	t.Logf("Redis %s: %s", v, cmd)
+}
+
+func TestCapabilities(t *testing.T) {
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		url, strategy string
+		fencing       bool
+	}{
+		{"redis://127.0.0.1:1/0", "set-nx", true},
+		{"rediss://127.0.0.1:1/0", "set-nx", true},
+		{"redis+cluster://127.0.0.1:1,127.0.0.1:2", "cluster", true},
+		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", false},
+	} {
+		l, err := dlock.Open(ctx, tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := l.Capabilities()
+		l.Close()
+		if c.Backend != "redis" || c.Strategy != tc.strategy || c.Fencing != tc.fencing || c.FencingNote == "" ||
+			c.Fair || c.Wait != driver.WaitNotify || c.ReleaseOnCrash != driver.ReleaseAfterTTL || c.TokensSurviveRestart {
+			t.Errorf("%s: %+v", tc.url, c)
+		}
+	}
+}
+
+func TestOpenLockerKeepsClient(t *testing.T) {
+	ctx := testCtx(t)
+	s := testenv.Redis(t)
+	client := goredis.NewClient(&goredis.Options{Addr: s.Addr})
+	defer client.Close()
+	l := OpenLocker(client, &Options{Prefix: "mine:"})
+	name := uniqueName(t)
+	ls, err := l.Acquire(ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Exists(ctx, "mine:{"+name+"}").Result(); err != nil || n != 1 {
+		t.Errorf("key with the custom prefix: %d, %v", n, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(ls.Err(), dlock.ErrClosed) {
+		t.Errorf("lease after Close: %v", ls.Err())
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Errorf("Close closed the caller's client: %v", err)
+	}
+	if n, _ := client.Exists(ctx, "mine:{"+name+"}").Result(); n != 0 {
+		t.Error("Close did not release the lease")
+	}
+
+	nodes := []goredis.UniversalClient{client, client, client}
+	rl := OpenRedlock(nodes, nil)
+	if _, err := rl.TryAcquire(ctx, uniqueName(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	rl.Close()
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Errorf("Close closed the caller's Redlock clients: %v", err)
+	}
+}
+
+func TestOpenLockerBadPrefix(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil {
+			t.Error("no panic for a prefix with '{'")
+		}
+	}()
+	OpenLocker(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), &Options{Prefix: "a{b"})
+}
+
+// TestConcurrentMutualExclusion: many goroutines on several Lockers never
+// overlap, and tokens increase with every grant.
+func TestConcurrentMutualExclusion(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		name := uniqueName(t)
+		var (
+			mu        sync.Mutex
+			inside    bool
+			lastToken uint64
+			wg        sync.WaitGroup
+		)
+		for i := range 3 {
+			l := open(t, ctx, tg.url)
+			for j := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						ls, err := l.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 5 * time.Second})
+						if err != nil {
+							t.Error(i, j, err)
+							return
+						}
+						mu.Lock()
+						if inside {
+							t.Error("two holders at once")
+						}
+						if ls.Token() <= lastToken && !tg.redlock {
+							t.Errorf("token %d after %d", ls.Token(), lastToken)
+						}
+						inside, lastToken = true, ls.Token()
+						mu.Unlock()
+						time.Sleep(time.Millisecond)
+						mu.Lock()
+						inside = false
+						mu.Unlock()
+						if err := ls.Release(ctx); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	})
+}
