@@ -293,3 +293,42 @@ func TestRunProcsOnRedis(t *testing.T) {
 		t.Errorf("server commands per grant = %v, want > 0 from INFO commandstats", row.ServerCmdsPerGrant)
 	}
 }
+
+func TestTargetsForListsFloorsRTTAndPeers(t *testing.T) {
+	s := &Server{ID: "redis", Backend: "redis", URL: "redis://127.0.0.1:1/0"}
+	ts, skipped := TargetsFor(s)
+	byName := map[string]Target{}
+	for _, tg := range ts {
+		byName[tg.Name] = tg
+	}
+	for _, want := range []string{"redis", "floor redis", "rtt redis", "redsync", "redislock"} {
+		if _, ok := byName[want]; !ok {
+			t.Errorf("TargetsFor(redis) lacks %q (have %v, skipped %v)", want, ts, skipped)
+		}
+	}
+	if got := byName["redis"].Floor; got != "floor redis" {
+		t.Errorf("redis is compared with floor %q, want %q", got, "floor redis")
+	}
+	if got := byName["redsync"].RTT; got != "rtt redis" {
+		t.Errorf("redsync's round trip is %q, want %q", got, "rtt redis")
+	}
+
+	// A driver that is not built in is reported, with its floors still measured.
+	pg := &Server{ID: "postgres", Backend: "postgres", URL: "postgres://u:p@127.0.0.1:1/db?sslmode=disable"}
+	ts, skipped = TargetsFor(pg)
+	floors := 0
+	for _, tg := range ts {
+		if tg.Kind == KindFloor {
+			floors++
+		}
+		if strings.Contains(tg.URL, "strategy=") && tg.Kind != KindDlock {
+			t.Errorf("%s got a driver URL %s", tg.Name, tg.URL)
+		}
+	}
+	if floors != 3 {
+		t.Errorf("postgres has %d floors, want 3 (forupdate, version, advisory)", floors)
+	}
+	if !Registered(pg.URL) && len(skipped) != 3 {
+		t.Errorf("postgres driver missing: skipped = %v, want its 3 strategies", skipped)
+	}
+}

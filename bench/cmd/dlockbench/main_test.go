@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/bench"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	bench.ChildMain()
-	os.Exit(m.Run())
+	os.Exit(testenv.Run(m))
 }
 
 // TestQuickSmoke is CI's smoke test of the command: -quick, one workload,
@@ -71,5 +72,39 @@ func TestRedactArgsHidesPasswords(t *testing.T) {
 	got := strings.Join(redactArgs([]string{"-url", "postgres://u:secret@h/db", "-url=mysql://u:secret@h/db"}), " ")
 	if strings.Contains(got, "secret") {
 		t.Fatalf("redactArgs kept the password: %s", got)
+	}
+}
+
+// TestURLMode runs against a server named with -url (a real Redis from
+// testenv): the dlock target, its floor, round trip and peers all run.
+func TestURLMode(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if err := run(ctx, []string{"-quick", "-workload", "uncontended", "-url", srv.URL, "-out", dir}, &out, &errb); err != nil {
+		t.Fatalf("dlockbench: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]*bench.Row{}
+	for _, r := range rep.Rows {
+		rows[r.Backend] = r
+	}
+	for _, want := range []string{"redis", "floor redis", "rtt redis", "redsync", "redislock"} {
+		r := rows[want]
+		if r == nil || r.Grants == 0 {
+			t.Errorf("row %q missing or empty in %s", want, out.String())
+		}
+	}
+	if r := rows["redis"]; r != nil && (r.FloorNs == 0 || r.BaselineRTT == 0 || r.ServerCmdsPerGrant <= 0) {
+		t.Errorf("redis row lacks its baselines: floor %d ns, rtt %d ns, %v commands per grant", r.FloorNs, r.BaselineRTT, r.ServerCmdsPerGrant)
 	}
 }
