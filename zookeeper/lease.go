@@ -188,11 +188,14 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 
 // Refresh verifies, in one round trip, that the node still exists and
 // belongs to this lease's session, which the server keeps alive; ttl is
-// ignored (the session timeout bounds the lease).
+// ignored (the session timeout bounds the lease). It returns as soon as the
+// lease is lost, even while the connection is down.
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if rel, lost := ls.stopped(); rel || lost {
 		return fmt.Errorf("zookeeper: %w", driver.ErrNotHeld)
 	}
+	ctx, cancel := ls.untilLost(ctx)
+	defer cancel()
 	r, err := call(ctx, func() (*zk.Stat, error) {
 		ok, st, err := ls.l.conn.Exists(ls.path)
 		if err == nil && !ok {
@@ -200,6 +203,9 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		}
 		return st, err
 	})
+	if _, lost := ls.stopped(); lost {
+		return fmt.Errorf("zookeeper: %w: %s", driver.ErrNotHeld, ls.reason())
+	}
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		ls.lose("zookeeper: refresh found the lock node gone")
@@ -210,10 +216,27 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		ls.lose("zookeeper: refresh found the lock node owned by another session")
 		return fmt.Errorf("zookeeper: %w: the session changed", driver.ErrNotHeld)
 	}
-	if _, lost := ls.stopped(); lost {
-		return fmt.Errorf("zookeeper: %w", driver.ErrNotHeld)
-	}
 	return nil
+}
+
+// untilLost returns ctx, also cancelled when the lease is lost: a request
+// queued on a broken connection must not outlive the lease.
+func (ls *lease) untilLost(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-ls.lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func (ls *lease) reason() string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.why
 }
 
 // Release deletes the node. The fair recipe's node has a name no other
@@ -222,12 +245,19 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 // owner's lock.
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
+	wasLost := ls.isLost
 	if !ls.released {
 		ls.released = true
 		close(ls.stop)
 	}
 	ls.mu.Unlock()
 	ls.l.s.unregister(ls)
+	if wasLost {
+		// The session may be gone, or the connection down: do not wait for
+		// it. If the session lives on, the janitor deletes the node.
+		ls.l.addOrphan(ls.orphan())
+		return fmt.Errorf("zookeeper: %w: %s", driver.ErrNotHeld, ls.reason())
+	}
 	var err error
 	if ls.basic {
 		err = basicDelete(ctx, ls.l.conn, ls.path, ls.version)
