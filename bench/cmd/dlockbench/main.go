@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -176,8 +177,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, r := range rows {
 		viol += r.Violations + r.FencingViolations
 	}
-	fmt.Fprintf(stdout, "\nmutual-exclusion violations: %d\nreport: %s/index.html, report.json, report.csv (took %v)\n",
-		viol, cfg.out, rep.Duration)
+	dir := cfg.out
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	fmt.Fprintf(stdout, "\nmutual-exclusion violations: %d\nreport: %s (index.html, report.json, report.csv); took %v\n",
+		viol, dir, rep.Duration)
 	if viol > 0 {
 		return fmt.Errorf("%d mutual-exclusion or fencing violations", viol)
 	}
