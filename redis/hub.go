@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -202,7 +201,7 @@ func (sh *shard) run() {
 			if errors.Is(err, goredis.ErrClosed) {
 				return
 			}
-			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			if isTimeout(err) {
 				// Silence: ping, so that a dead connection fails the write
 				// (the PubSub then reconnects and subscribes again).
 				ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)

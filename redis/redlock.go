@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -81,7 +82,7 @@ func (r *redlock) Capabilities() driver.Capabilities {
 		Fair:                 false,
 		Wait:                 driver.WaitNotify,
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
-		Notes:                "quorum N/2+1 of independent masters; validity = TTL - elapsed - (1% of TTL + 2ms); safe only with bounded clock drift and no process pauses longer than the validity; a node restarted without persistence must stay down for one TTL",
+		Notes:                "quorum N/2+1 of independent masters; validity = TTL - elapsed - (1% of TTL + 2ms); concurrent attempts can split the votes so that none wins (they retry after a random delay); safe only with bounded clock drift and no process pauses longer than the validity; a node restarted without persistence must stay down for one TTL",
 	}
 }
 
@@ -146,15 +147,15 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	})
 	n := len(r.nodes)
 	var (
-		granted, refused, answered int
-		token                      uint64
-		retry                      int64 = -1
-		errs                       []error
+		granted, refused, slow, answered int
+		token                            uint64
+		retry                            int64 = -1
+		errs                             []error
 	)
-	for answered < n {
-		o := <-results
-		answered++
+	count := func(o outcome) {
 		switch {
+		case o.err != nil && ctx.Err() == nil && isTimeout(o.err):
+			slow++ // a node that misses its budget has not voted for us
 		case o.err != nil:
 			errs = append(errs, o.err)
 		case o.ok:
@@ -166,9 +167,10 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 				retry = o.n
 			}
 		}
-		if granted >= r.quorum || answered-granted > n-r.quorum {
-			break
-		}
+	}
+	for answered < n && granted < r.quorum && answered-granted <= n-r.quorum {
+		count(<-results)
+		answered++
 	}
 	if granted >= r.quorum && time.Since(start) < budget {
 		return &rlease{r: r, k: k, id: id, value: value, token: token}, nil
@@ -177,16 +179,9 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	// timeout), then take back every key this attempt may have set, with a
 	// fresh context, so that nothing of it blocks another acquirer.
 	for ; answered < n; answered++ {
-		switch o := <-results; {
-		case o.err != nil:
-			errs = append(errs, o.err)
-		case o.ok:
-			granted++
-		default:
-			refused++
-		}
+		count(<-results)
 	}
-	if granted > 0 || len(errs) > 0 {
+	if granted > 0 || slow > 0 || len(errs) > 0 {
 		// Without a publish: waking every waiter for a lock that was never
 		// held would have them all fan out at once and split the votes
 		// again. They retry after the portable layer's random delay.
@@ -197,12 +192,19 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case refused > 0:
+	case len(errs) < r.quorum:
+		// Held by another owner, split votes between concurrent attempts,
+		// slow nodes or a minority of failed ones: Redlock retries after a
+		// delay.
 		return nil, notAcquired(retry)
-	case granted >= r.quorum:
-		return nil, fmt.Errorf("redis: redlock: quorum reached after %v, past the validity of a %v lease", time.Since(start), req.TTL)
 	}
-	return nil, fmt.Errorf("redis: redlock: %d of %d nodes granted, %d needed: %w", granted, n, r.quorum, errors.Join(errs...))
+	return nil, fmt.Errorf("redis: redlock: %d of %d nodes failed, %d needed: %w", len(errs), n, r.quorum, errors.Join(errs...))
+}
+
+// isTimeout reports a request that ran out of its time budget.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // releaseAll runs release.lua on every node and counts the answers.
