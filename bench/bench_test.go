@@ -332,3 +332,22 @@ func TestTargetsForListsFloorsRTTAndPeers(t *testing.T) {
 		t.Errorf("postgres driver missing: skipped = %v, want its 3 strategies", skipped)
 	}
 }
+
+func TestReportsNeverHoldPasswords(t *testing.T) {
+	tg := Target{Name: "postgres/advisory", Kind: KindDlock, URL: "postgres://dlock:s3cret@127.0.0.1:1/db?strategy=advisory", Backend: "postgres"}
+	rep := &Report{Rows: []*Row{SkippedRow(tg, Plan(PlanOptions{Kinds: []string{Uncontended}})[0], "not measured")},
+		Servers: []*Server{{ID: "postgres", Backend: "postgres", URL: tg.URL, Settings: map[string]string{}}}}
+	dir := t.TempDir()
+	if err := rep.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"report.json", "report.csv", "index.html"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "s3cret") {
+			t.Errorf("%s holds the password", f)
+		}
+	}
+}
