@@ -1,0 +1,224 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Config configures New.
+type Config struct {
+	Dialect  Dialect
+	Pool     Pool
+	Strategy Strategy
+	Table    Table
+	// Migrate creates the table and the counter on first use.
+	Migrate bool
+	// Capabilities fills in the backend's notes; New sets the rest.
+	Notes string
+}
+
+// Locker is the strategy core: a driver.Locker over a Pool and a Dialect.
+// New returns it wrapped in a type that adds driver.Blocker (pinned
+// strategies) or driver.Watcher (Version on a Notifier pool).
+type Locker struct {
+	d        Dialect
+	pool     Pool
+	strategy Strategy
+	t        Table
+	caps     driver.Capabilities
+
+	migrateMu sync.Mutex
+	migrate   bool // still to do
+
+	mu     sync.Mutex
+	pinned map[*pinnedLease]struct{}
+
+	hub *hub
+}
+
+var (
+	_ driver.Locker        = (*Locker)(nil)
+	_ driver.NameValidator = (*Locker)(nil)
+	_ driver.Blocker       = blocking{}
+	_ driver.Watcher       = watching{}
+)
+
+// blocking is a pinned-strategy Locker: the server's lock queue is the wait.
+type blocking struct{ *Locker }
+
+// Acquire waits in the server's lock queue until granted or ctx ends.
+func (b blocking) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	return b.acquirePinned(ctx, req, true)
+}
+
+// watching is a Version Locker whose waiters LISTEN for releases.
+type watching struct{ *Locker }
+
+// Watch registers interest in releases of name.
+func (w watching) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return w.hub.watch(ctx, name)
+}
+
+// New returns the driver for cfg.
+func New(cfg Config) driver.Locker {
+	l := &Locker{
+		d:        cfg.Dialect,
+		pool:     cfg.Pool,
+		strategy: cfg.Strategy,
+		t:        cfg.Table,
+		migrate:  cfg.Migrate,
+		pinned:   make(map[*pinnedLease]struct{}),
+	}
+	l.caps = capabilities(cfg)
+	switch cfg.Strategy {
+	case ForUpdate, Native:
+		return blocking{l}
+	}
+	if n, ok := cfg.Pool.(Notifier); ok {
+		l.hub = newHub(n, l.t.Channel)
+		return watching{l}
+	}
+	return l
+}
+
+// Core returns the *Locker inside a driver returned by New, or nil.
+func Core(d driver.Locker) *Locker {
+	switch v := d.(type) {
+	case *Locker:
+		return v
+	case blocking:
+		return v.Locker
+	case watching:
+		return v.Locker
+	}
+	return nil
+}
+
+func capabilities(cfg Config) driver.Capabilities {
+	c := driver.Capabilities{
+		Backend:              cfg.Dialect.Backend(),
+		Fencing:              true,
+		TokensSurviveRestart: true,
+		Notes:                cfg.Notes,
+	}
+	switch cfg.Strategy {
+	case ForUpdate:
+		c.Strategy = string(ForUpdate)
+		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken under the row lock"
+		c.Wait = driver.WaitQueue
+		c.ReleaseOnCrash = 0
+	case Native:
+		c.Strategy = cfg.Dialect.NativeStrategy()
+		c.FencingNote = "counter value written to the name's row right after the grant"
+		c.Wait = driver.WaitQueue
+		c.ReleaseOnCrash = 0
+	case Version:
+		c.Strategy = string(Version)
+		c.FencingNote = "the row's version: a counter value taken when the lease is granted"
+		c.Wait = driver.WaitPoll
+		if _, ok := cfg.Pool.(Notifier); ok {
+			c.Wait = driver.WaitNotify
+		}
+		c.ReleaseOnCrash = driver.ReleaseAfterTTL
+	}
+	return c
+}
+
+// Capabilities reports what the strategy guarantees.
+func (l *Locker) Capabilities() driver.Capabilities { return l.caps }
+
+// Table returns the lock table.
+func (l *Locker) Table() Table { return l.t }
+
+// Pool returns the pool.
+func (l *Locker) Pool() Pool { return l.pool }
+
+// ValidateName rejects names the database cannot store.
+func (l *Locker) ValidateName(name string) error { return l.d.ValidateName(name) }
+
+// Close stops the listener and closes the pool if the driver opened it.
+// The portable layer has released every lease before.
+func (l *Locker) Close() error {
+	if l.hub != nil {
+		l.hub.close()
+	}
+	l.mu.Lock()
+	left := make([]*pinnedLease, 0, len(l.pinned))
+	for p := range l.pinned {
+		left = append(left, p)
+	}
+	l.mu.Unlock()
+	for _, p := range left { // leases the portable layer did not end
+		p.lose(context.Background())
+	}
+	l.pool.Close()
+	return nil
+}
+
+// Sessions returns the server session ids of the connections pinned by
+// live leases (for tests that cut them).
+func (l *Locker) Sessions() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]int64, 0, len(l.pinned))
+	for p := range l.pinned {
+		out = append(out, p.conn.Session())
+	}
+	return out
+}
+
+// ensure creates the table on first use. A failure is retried on the
+// next call.
+func (l *Locker) ensure(ctx context.Context) error {
+	l.migrateMu.Lock()
+	defer l.migrateMu.Unlock()
+	if !l.migrate {
+		return nil
+	}
+	if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
+		return fmt.Errorf("%s: creating table %s: %w", l.d.Backend(), l.t.Raw, err)
+	}
+	l.migrate = false
+	return nil
+}
+
+// TryAcquire makes one attempt.
+func (l *Locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if l.strategy == Version {
+		return l.acquireVersion(ctx, req)
+	}
+	return l.acquirePinned(ctx, req, false)
+}
+
+func (l *Locker) errorf(format string, args ...any) error {
+	return fmt.Errorf(l.d.Backend()+": "+format, args...)
+}
+
+// cleanupTimeout bounds clean-up work after a cancel.
+const cleanupTimeout = 5 * time.Second
+
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// ctxErr returns ctx's error when ctx has ended, err otherwise.
+func ctxErr(ctx context.Context, err error) error {
+	if e := ctx.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+func isCtx(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Prepare creates the table now (if Config.Migrate) rather than on first
+// use: URL openers call it so that Open fails on a wrong address or a
+// missing privilege.
+func (l *Locker) Prepare(ctx context.Context) error { return l.ensure(ctx) }

@@ -1,0 +1,218 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// acquirePinned takes the lock of a pinned strategy (ForUpdate, Native) on
+// a connection taken from the pool, which the lease keeps until it ends.
+// With wait, the server's lock queue is the wait, bounded by ctx's
+// deadline (the dialect turns it into lock_timeout, innodb_lock_wait_timeout
+// or GET_LOCK's timeout) and cut short by ctx's cancellation (the driver
+// interrupts the statement; the connection is then abandoned).
+func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait bool) (driver.Lease, error) {
+	if err := l.ensure(ctx); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	c, err := l.pool.Pin(ctx)
+	if err != nil {
+		return nil, ctxErr(ctx, l.errorf("taking a connection: %w", err))
+	}
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: !wait}
+	for created := false; ; {
+		if wait {
+			r.Wait = 0
+			if dl, ok := ctx.Deadline(); ok {
+				r.Wait = max(time.Until(dl), time.Millisecond)
+			}
+		}
+		start := time.Now()
+		var token int64
+		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		if err == nil && found {
+			p := l.newPinned(c, r, token, start)
+			if time.Since(start) > req.TTL/4 {
+				// A long wait: the server's idle timer started at the
+				// grant, somewhere in the call. Restart it now, so that
+				// the lease's deadline can count from a known moment.
+				if err := p.Refresh(ctx, req.TTL); err != nil {
+					return nil, ctxErr(ctx, err)
+				}
+				p.granted = p.lastPing
+			}
+			return p, nil
+		}
+		kind := KindOther
+		if err != nil {
+			kind = l.d.Classify(err)
+			if ctx.Err() != nil || isCtx(err) {
+				kind = KindBroken
+			}
+		}
+		if !l.abort(ctx, c, r, kind) {
+			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
+		}
+		switch {
+		case err == nil && l.strategy == ForUpdate && !created:
+			// The name has no row yet: create it (committed at once, so
+			// that it never waits for another creator's transaction) and
+			// try again.
+			created = true
+			if _, err := l.pool.Run(ctx, l.d.EnsureRow(l.t, req.Name)); err != nil {
+				c.Release(false)
+				return nil, ctxErr(ctx, l.errorf("creating the row of %q: %w", req.Name, err))
+			}
+			continue
+		case err == nil && !wait, kind == KindBusy && !wait, kind == KindDeadlock && !wait:
+			c.Release(false)
+			return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
+		case err == nil, kind == KindBusy:
+			// The server's wait ended at ctx's deadline.
+			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 50*time.Millisecond {
+				c.Release(false)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			continue // woken early (the server's timeout is rounded): wait again
+		case kind == KindDeadlock:
+			continue
+		}
+		c.Release(false)
+		return nil, l.errorf("acquire %q: %w", req.Name, err)
+	}
+}
+
+// abort cleans up after a Lock that did not grant: on a usable
+// connection it runs the dialect's Abort script; otherwise (or when that
+// fails) it abandons and discards the connection. It reports whether the
+// connection is still usable (the caller then owns it).
+func (l *Locker) abort(ctx context.Context, c Conn, r Req, kind Kind) bool {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	if kind != KindBroken {
+		if _, err := c.Run(cctx, l.d.Abort(l.strategy, l.t, r)); err == nil {
+			return true
+		}
+	}
+	c.Abandon(cctx)
+	c.Release(true)
+	return false
+}
+
+// pinnedLease is a grant that lives on a pinned connection.
+type pinnedLease struct {
+	l       *Locker
+	r       Req
+	token   int64
+	granted time.Time
+
+	mu       sync.Mutex // serialises the connection's statements
+	conn     Conn
+	ended    bool
+	lastPing time.Time
+	lost     chan struct{}
+}
+
+func (l *Locker) newPinned(c Conn, r Req, token int64, start time.Time) *pinnedLease {
+	p := &pinnedLease{l: l, r: r, token: token, granted: start, conn: c, lost: make(chan struct{})}
+	l.mu.Lock()
+	l.pinned[p] = struct{}{}
+	l.mu.Unlock()
+	return p
+}
+
+// Token returns the grant's token.
+func (p *pinnedLease) Token() uint64 { return uint64(p.token) }
+
+// GrantedAt is a local time at or before the start of the server's idle
+// timer of the pinned connection (the moment the lease's TTL starts).
+func (p *pinnedLease) GrantedAt() time.Time { return p.granted }
+
+// Lost is closed when the pinned connection breaks.
+func (p *pinnedLease) Lost() <-chan struct{} { return p.lost }
+
+// Session is the server's id of the pinned connection.
+func (p *pinnedLease) Session() int64 { return p.conn.Session() }
+
+// Refresh pings the pinned connection, which restarts the server's idle
+// timer (idle_in_transaction_session_timeout, wait_timeout) and proves
+// that the connection, and with it the lock, is alive. Any failure on the
+// connection ends the lease: a broken connection is a lost lock.
+func (p *pinnedLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return fmt.Errorf("%s: refresh: %w", p.l.d.Backend(), driver.ErrNotHeld)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	start := time.Now()
+	var held bool
+	found, err := p.conn.Run(ctx, p.l.d.Ping(p.l.strategy, p.l.t, p.r), &held)
+	if err == nil && found && held {
+		p.lastPing = start
+		return nil
+	}
+	p.loseLocked(ctx)
+	if err == nil {
+		err = errors.New("the server no longer holds the lock")
+	}
+	return fmt.Errorf("%s: refresh: %w: connection lost: %w", p.l.d.Backend(), driver.ErrNotHeld, err)
+}
+
+// Release commits (ForUpdate) or unlocks (Native) and returns the
+// connection to the pool.
+func (p *pinnedLease) Release(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return fmt.Errorf("%s: release: %w (the connection was lost)", p.l.d.Backend(), driver.ErrNotHeld)
+	}
+	held := true
+	found, err := p.conn.Run(ctx, p.l.d.Unlock(p.l.strategy, p.l.t, p.r), &held)
+	if err != nil {
+		p.loseLocked(ctx)
+		if isCtx(err) {
+			return err
+		}
+		return fmt.Errorf("%s: release: %w: %w", p.l.d.Backend(), driver.ErrNotHeld, err)
+	}
+	p.end(false)
+	if found && !held {
+		return fmt.Errorf("%s: release: %w", p.l.d.Backend(), driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// lose ends the lease after a failure: the connection is abandoned (the
+// server drops it, and with it the lock) and Lost is closed.
+func (p *pinnedLease) lose(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ended {
+		p.loseLocked(ctx)
+	}
+}
+
+func (p *pinnedLease) loseLocked(ctx context.Context) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	p.conn.Abandon(cctx)
+	p.end(true)
+	close(p.lost)
+}
+
+func (p *pinnedLease) end(discard bool) {
+	p.ended = true
+	p.conn.Release(discard)
+	p.l.mu.Lock()
+	delete(p.l.pinned, p)
+	p.l.mu.Unlock()
+}

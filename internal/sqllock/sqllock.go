@@ -1,0 +1,304 @@
+// Package sqllock is the strategy core shared by dlock's SQL drivers
+// (packages postgres and mysql). The three strategies are written here
+// once, over two small abstractions each driver implements:
+//
+//   - Pool and Conn: a connection pool and one pinned connection of it
+//     (pgxpool.Pool / pgxpool.Conn; *sql.DB / *sql.Conn), able to run a
+//     short script of statements in as few round trips as the protocol
+//     allows (a pgx batch; a MySQL multi-statement).
+//   - Dialect: the SQL text of each step and the classification of the
+//     database's errors (lock not available, deadlock, connection broken).
+//
+// The strategies:
+//
+//   - ForUpdate: a row of the lock table locked by SELECT … FOR UPDATE in
+//     a transaction kept open on a pinned connection. The server's lock
+//     queue is the wait; Release commits.
+//   - Native: the database's own named lock (pg_advisory_lock, GET_LOCK)
+//     on a pinned connection; the fence row is bumped after the grant.
+//   - Version: an optimistic lease row whose expiry is computed by the
+//     server's clock; no connection is pinned.
+//
+// Tokens of every strategy come from one counter per lock table that is
+// never rolled back (a PostgreSQL sequence; an InnoDB AUTO_INCREMENT), so
+// a holder whose transaction is rolled back when its connection dies can
+// never share its token with the next holder.
+package sqllock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Strategy names a locking strategy.
+type Strategy string
+
+// The strategies.
+const (
+	ForUpdate Strategy = "forupdate"
+	Version   Strategy = "version"
+	Native    Strategy = "native"
+)
+
+// DefaultTable is the lock table's name when none is configured.
+const DefaultTable = "dlock_locks"
+
+// Stmt is one SQL statement with its arguments.
+type Stmt struct {
+	SQL  string
+	Args []any
+}
+
+// Conn is one connection pinned for the life of a lease (or an attempt).
+type Conn interface {
+	// Run executes stmts in order on this connection, in as few round trips
+	// as the driver allows, stopping at the first error. The first row of
+	// the last statement is scanned into dest; Run reports whether there
+	// was one.
+	Run(ctx context.Context, stmts []Stmt, dest ...any) (bool, error)
+	// Session is the server's id of the connection (PostgreSQL backend
+	// pid, MySQL connection id).
+	Session() int64
+	// Abandon makes the server stop the work of this connection (a wait
+	// in a lock queue) and drop it: it is called after a statement was
+	// interrupted or failed in a way that leaves the connection's state
+	// unknown. The connection is discarded afterwards.
+	Abandon(ctx context.Context)
+	// Release returns the connection to its pool, or closes it when
+	// discard is true. It is called exactly once.
+	Release(discard bool)
+}
+
+// Pool is a connection pool.
+type Pool interface {
+	// Pin takes a connection out of the pool.
+	Pin(ctx context.Context) (Conn, error)
+	// Run executes stmts like Conn.Run on some connection of the pool.
+	Run(ctx context.Context, stmts []Stmt, dest ...any) (bool, error)
+	// Close closes the pool if the driver opened it (never a pool that
+	// the user passed in).
+	Close()
+}
+
+// Notifier is implemented by pools whose database can notify listeners
+// (PostgreSQL LISTEN/NOTIFY).
+type Notifier interface {
+	// Listen opens a dedicated connection listening on channel.
+	Listen(ctx context.Context, channel string) (Listening, error)
+}
+
+// Listening is an open LISTEN.
+type Listening interface {
+	// Next blocks until a notification arrives and returns its payload.
+	Next(ctx context.Context) (string, error)
+	Close()
+}
+
+// Kind classifies a database error.
+type Kind int
+
+// Error kinds.
+const (
+	// KindOther: a server error after which the connection is usable.
+	KindOther Kind = iota
+	// KindBusy: the lock is held by someone else (NOWAIT, lock_timeout,
+	// innodb_lock_wait_timeout).
+	KindBusy
+	// KindDeadlock: the server chose this statement as a deadlock victim.
+	KindDeadlock
+	// KindBroken: the connection is unusable or in an unknown state.
+	KindBroken
+)
+
+// Req is what the dialect needs to build a script.
+type Req struct {
+	Name  string
+	Owner string
+	// TTL is the lease length; scripts of pinned strategies set the
+	// server's idle timeout from it.
+	TTL time.Duration
+	// NoWait: fail at once when the lock is held (TryAcquire).
+	NoWait bool
+	// Wait bounds a blocking wait (0: no bound).
+	Wait time.Duration
+	// Token is the grant's token (version refresh and release).
+	Token int64
+	// Channel is the notification channel (version release).
+	Channel string
+}
+
+// Dialect supplies the SQL of each step and classifies errors. Scripts
+// whose result is read return it in the first row of their last
+// statement, as documented per method.
+type Dialect interface {
+	// Backend is the capability's backend name ("postgres", "mysql").
+	Backend() string
+	// NativeStrategy names the native strategy ("advisory", "getlock").
+	NativeStrategy() string
+	// Quote quotes one validated identifier.
+	Quote(ident string) string
+	// MaxIdent is the longest identifier the server accepts.
+	MaxIdent() int
+	// ValidateName rejects names the database cannot store (wrapping
+	// driver.ErrInvalidName); it must not contact the server.
+	ValidateName(name string) error
+	// Classify classifies an error returned by Run.
+	Classify(err error) Kind
+	// Placeholder returns the n-th (1-based) argument placeholder.
+	Placeholder(n int) string
+
+	// Migrate creates the lock table and the token counter if missing.
+	Migrate(t Table) []Stmt
+	// EnsureRow inserts the name's row if missing.
+	EnsureRow(t Table, name string) []Stmt
+
+	// Lock takes the lock of a pinned strategy (ForUpdate, Native). When
+	// granted, the last statement returns one row: the token. No row
+	// means: ForUpdate: the name's row is missing (EnsureRow, then try
+	// again); Native: not granted within r.Wait (or at once with NoWait).
+	Lock(s Strategy, t Table, r Req) []Stmt
+	// Abort undoes a Lock that failed on a usable connection (rolls back,
+	// unlocks, restores the session's settings).
+	Abort(s Strategy, t Table, r Req) []Stmt
+	// Ping keeps a pinned lease alive (it resets the server's idle timer)
+	// and returns one row: true while the lock is held.
+	Ping(s Strategy, t Table, r Req) []Stmt
+	// Unlock releases a pinned lease and restores the session. If its
+	// last statement returns a row, it is true when the lock was held.
+	Unlock(s Strategy, t Table, r Req) []Stmt
+
+	// VersionAcquire takes the lease row when free or expired. One row:
+	// the token (NULL when held by another) and the microseconds the
+	// current holder's lease still lasts (NULL when unknown).
+	VersionAcquire(t Table, r Req) []Stmt
+	// VersionRefresh extends r.Token's lease: a row when it was held.
+	VersionRefresh(t Table, r Req) []Stmt
+	// VersionRelease frees r.Token's lease and notifies r.Channel: a row
+	// when it was held.
+	VersionRelease(t Table, r Req) []Stmt
+}
+
+// Table is a validated, quoted lock table with its token counter.
+type Table struct {
+	// Raw is the name as configured ("dlock_locks" or "schema.table").
+	Raw string
+	// Q is the quoted, possibly schema-qualified table.
+	Q string
+	// Seq is the quoted token counter (a sequence or a table) next to it.
+	Seq string
+	// Channel is the notification channel of the table's releases.
+	Channel string
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// SeqSuffix is appended to the table's name to name its token counter.
+const SeqSuffix = "_fence"
+
+// ParseTable validates raw ("table" or "schema.table") as identifiers
+// (letters, digits, underscores; not starting with a digit; short enough
+// for the counter's name) and quotes it with the dialect. Invalid names
+// wrap driver.ErrInvalidOption: they never reach the server.
+func ParseTable(d Dialect, raw string) (Table, error) {
+	if raw == "" {
+		raw = DefaultTable
+	}
+	parts := strings.Split(raw, ".")
+	if len(parts) > 2 {
+		return Table{}, fmt.Errorf("%w: %s: table %q: want table or schema.table", driver.ErrInvalidOption, d.Backend(), raw)
+	}
+	for i, p := range parts {
+		max := d.MaxIdent()
+		if i == len(parts)-1 {
+			max -= len(SeqSuffix)
+		}
+		if !identRE.MatchString(p) || len(p) > max {
+			return Table{}, fmt.Errorf("%w: %s: table %q: each part must be letters, digits and underscores, not starting with a digit, at most %d bytes",
+				driver.ErrInvalidOption, d.Backend(), raw, max)
+		}
+	}
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		q[i] = d.Quote(p)
+	}
+	seq := append([]string(nil), q[:len(q)-1]...)
+	seq = append(seq, d.Quote(parts[len(parts)-1]+SeqSuffix))
+	sum := sha256.Sum256([]byte(raw))
+	return Table{
+		Raw:     raw,
+		Q:       strings.Join(q, "."),
+		Seq:     strings.Join(seq, "."),
+		Channel: "dlock_" + hex.EncodeToString(sum[:8]),
+	}, nil
+}
+
+// ParseStrategy maps a URL's strategy parameter to a Strategy: the
+// native strategy is named after the dialect ("advisory", "getlock").
+func ParseStrategy(d Dialect, s string) (Strategy, error) {
+	switch s {
+	case "", string(ForUpdate):
+		return ForUpdate, nil
+	case string(Version):
+		return Version, nil
+	case d.NativeStrategy(), string(Native):
+		return Native, nil
+	}
+	return "", fmt.Errorf("%w: %s: strategy %q: want %s, %s or %s", driver.ErrInvalidOption, d.Backend(), s, ForUpdate, Version, d.NativeStrategy())
+}
+
+// FencedSQL builds the statement of a fenced write to a user's table:
+//
+//	UPDATE table SET <set>, column = <token> WHERE (<where>) AND column <= <token>
+//
+// nargs is the number of placeholders set and where use; the token's
+// placeholders come after them. A write with a token lower than one the
+// row has seen matches no row. table may be schema-qualified; table and
+// column are validated as identifiers and quoted. It returns the SQL and
+// how many times the token must be appended to the arguments.
+func FencedSQL(d Dialect, table, column, set, where string, nargs int) (string, int, error) {
+	t, err := ParseTable(d, table)
+	if err != nil {
+		return "", 0, err
+	}
+	if !identRE.MatchString(column) || len(column) > d.MaxIdent() {
+		return "", 0, fmt.Errorf("%w: %s: fence column %q is not an identifier", driver.ErrInvalidOption, d.Backend(), column)
+	}
+	if strings.TrimSpace(where) == "" {
+		where = "TRUE"
+	}
+	col := d.Quote(column)
+	p := d.Placeholder(nargs + 1)
+	n := 1
+	if p == "?" { // positional placeholders: the token is passed twice
+		n = 2
+	}
+	sep := ", "
+	if strings.TrimSpace(set) == "" {
+		sep, set = "", ""
+	}
+	return fmt.Sprintf("UPDATE %s SET %s%s%s = %s WHERE (%s) AND %s <= %s", t.Q, set, sep, col, p, where, col, p), n, nil
+}
+
+// micros returns d in whole microseconds, at least 1.
+func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
+
+// Micros is micros for dialects.
+func Micros(d time.Duration) int64 { return micros(d) }
+
+// CeilSeconds returns d in whole seconds rounded up, within [lo, hi].
+func CeilSeconds(d time.Duration, lo, hi int64) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return min(max(s, lo), hi)
+}
+
+// Millis returns d in whole milliseconds rounded up, at least 1.
+func Millis(d time.Duration) int64 {
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+}

@@ -1,0 +1,100 @@
+// Package sqltest holds the tests and benchmarks that dlock's SQL drivers
+// (packages postgres and mysql) share: each driver's _test.go calls them
+// with its server's URL and a small Admin that reaches the server's
+// sessions, so the same checks are written once.
+package sqltest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/sqllock"
+)
+
+// Strategies are the URL values of the three strategies of a backend.
+func Strategies(native string) []string { return []string{"forupdate", "version", native} }
+
+// WithParams appends query parameters to a URL.
+func WithParams(raw string, kv ...string) string {
+	sep := "?"
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '?' {
+			sep = "&"
+		}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		raw += sep + kv[i] + "=" + kv[i+1]
+		sep = "&"
+	}
+	return raw
+}
+
+// Open opens a Locker and closes it at the end of the test.
+func Open(t testing.TB, ctx context.Context, rawURL string) *dlock.Locker {
+	t.Helper()
+	l, err := dlock.Open(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Core returns the strategy core of a Locker.
+func Core(l *dlock.Locker) *sqllock.Locker { return sqllock.Core(l.Driver()) }
+
+// Basic checks acquire, try-acquire while held, release, and that tokens
+// increase.
+func Basic(t *testing.T, rawURL string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	a := Open(t, ctx, rawURL)
+	b := Open(t, ctx, rawURL)
+	name := "basic/" + time.Now().Format(time.RFC3339Nano)
+	la, err := a.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if _, err := b.TryAcquire(ctx, name, nil); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("try-acquire while held: %v, want ErrNotAcquired", err)
+	}
+	var got atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var lb *dlock.Lease
+	go func() {
+		defer wg.Done()
+		var err error
+		lb, err = b.Acquire(ctx, name, nil)
+		if err != nil {
+			t.Errorf("waiting acquire: %v", err)
+			return
+		}
+		got.Store(true)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if got.Load() {
+		t.Fatal("a waiter got a held lock")
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	wg.Wait()
+	if lb == nil {
+		return
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after %d: not increasing", lb.Token(), la.Token())
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := la.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second release: %v, want ErrNotHeld", err)
+	}
+}

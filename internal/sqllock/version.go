@@ -1,0 +1,70 @@
+package sqllock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// acquireVersion makes one attempt at the Version strategy: a conditional
+// write of the lease row whose expiry the server computes with its own
+// clock. No connection stays pinned.
+func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if err := l.ensure(ctx); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	var token, remaining *int64
+	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
+	if err != nil {
+		return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
+	}
+	if !found || token == nil {
+		e := &driver.NotAcquiredError{}
+		if remaining != nil && *remaining > 0 {
+			e.RetryAfter = time.Duration(*remaining) * time.Microsecond
+		}
+		return nil, fmt.Errorf("%s: %w", l.d.Backend(), e)
+	}
+	r.Token = *token
+	return &versionLease{l: l, r: r}, nil
+}
+
+// versionLease is a grant of the Version strategy: the row's token and
+// the name. Refresh and Release are conditional on both, so a stale
+// holder can neither extend nor free another owner's lease.
+type versionLease struct {
+	l *Locker
+	r Req
+}
+
+func (v *versionLease) Token() uint64         { return uint64(v.r.Token) }
+func (v *versionLease) Lost() <-chan struct{} { return nil }
+
+// Refresh moves the expiry to the server's now plus ttl, if still held.
+func (v *versionLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	r := v.r
+	r.TTL = ttl
+	return v.cond(ctx, "refresh", v.l.d.VersionRefresh(v.l.t, r))
+}
+
+// Release frees the row if still held and wakes the waiters.
+func (v *versionLease) Release(ctx context.Context) error {
+	r := v.r
+	r.Channel = v.l.t.Channel
+	return v.cond(ctx, "release", v.l.d.VersionRelease(v.l.t, r))
+}
+
+func (v *versionLease) cond(ctx context.Context, op string, script []Stmt) error {
+	var ok bool
+	found, err := v.l.pool.Run(ctx, script, &ok)
+	if err != nil {
+		return ctxErr(ctx, v.l.errorf("%s %q: %w", op, v.r.Name, err))
+	}
+	if !found {
+		return v.l.errorf("%s %q: %w (expired or taken over)", op, v.r.Name, driver.ErrNotHeld)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/sqllock"
+)
+
+// dialect is PostgreSQL's SQL for the strategies of package sqllock.
+type dialect struct{}
+
+type stmts = []sqllock.Stmt
+
+func st(sql string, args ...any) sqllock.Stmt { return sqllock.Stmt{SQL: sql, Args: args} }
+
+func (dialect) Backend() string                 { return "postgres" }
+func (dialect) NativeStrategy() string          { return "advisory" }
+func (dialect) Quote(ident string) string       { return pgx.Identifier{ident}.Sanitize() }
+func (dialect) MaxIdent() int                   { return 63 }
+func (dialect) Placeholder(n int) string        { return "$" + strconv.Itoa(n) }
+func (dialect) Classify(err error) sqllock.Kind { return classify(err) }
+
+// ValidateName rejects NUL bytes, which a text column cannot store.
+func (dialect) ValidateName(name string) error {
+	if strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: postgres: a name must not contain a NUL byte", driver.ErrInvalidName)
+	}
+	return nil
+}
+
+// migrateKey serialises concurrent migrations (CREATE … IF NOT EXISTS
+// races on the catalog's unique indexes).
+const migrateKey = 0x646c6f636b // "dlock"
+
+func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
+	return stmts{
+		st("BEGIN"),
+		st("SELECT pg_advisory_xact_lock(" + strconv.Itoa(migrateKey) + ")"),
+		st("CREATE TABLE IF NOT EXISTS " + t.Q + ` (
+	name text PRIMARY KEY,
+	fence bigint NOT NULL DEFAULT 0,
+	owner text NOT NULL DEFAULT '',
+	acquired_at timestamptz,
+	expires_at timestamptz,
+	session bigint)`),
+		st("CREATE SEQUENCE IF NOT EXISTS " + t.Seq),
+		st("COMMIT"),
+	}
+}
+
+func (dialect) EnsureRow(t sqllock.Table, name string) []sqllock.Stmt {
+	return stmts{st("INSERT INTO "+t.Q+" (name) VALUES ($1) ON CONFLICT (name) DO NOTHING", name)}
+}
+
+// nextval is the token: a sequence value, never rolled back.
+func nextval(t sqllock.Table) string { return "nextval('" + t.Seq + "')" }
+
+// advisoryKey is the 64-bit key of a name's advisory lock: the first 8
+// bytes of SHA-256 over the table and the name. Two names share a key with
+// probability 2^-64 per pair (about 2.7e-8 for a million names in use at
+// once); they would then exclude each other, never both be held.
+func advisoryKey(t sqllock.Table, name string) int64 {
+	h := sha256.New()
+	h.Write([]byte(t.Raw))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+}
+
+func lockTimeout(r sqllock.Req) string {
+	if r.Wait <= 0 {
+		return "0"
+	}
+	return strconv.FormatInt(sqllock.Millis(r.Wait), 10)
+}
+
+func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	ttl := strconv.FormatInt(sqllock.Millis(r.TTL), 10)
+	set := func(idle string, local bool) sqllock.Stmt {
+		return st("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
+	}
+	if s == sqllock.ForUpdate {
+		nowait := ""
+		if r.NoWait {
+			nowait = " NOWAIT"
+		}
+		return stmts{
+			st("BEGIN"),
+			set("idle_in_transaction_session_timeout", true),
+			st("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+") UPDATE "+t.Q+" AS t SET fence = "+nextval(t)+
+				", owner = $2, acquired_at = now(), expires_at = NULL, session = pg_backend_pid() FROM l WHERE t.name = l.name RETURNING t.fence",
+				r.Name, r.Owner),
+		}
+	}
+	// Native: the batch is one implicit transaction, so set_config(…, true)
+	// bounds only this wait; idle_session_timeout stays on the session.
+	upsert := "INSERT INTO " + t.Q + " AS t (name, fence, owner, acquired_at, session) SELECT $1, " + nextval(t) +
+		", $2, now(), pg_backend_pid() %s ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, owner = excluded.owner," +
+		" acquired_at = excluded.acquired_at, expires_at = NULL, session = excluded.session RETURNING t.fence"
+	key := advisoryKey(t, r.Name)
+	if r.NoWait {
+		return stmts{set("idle_session_timeout", false), st(fmt.Sprintf(upsert, "WHERE pg_try_advisory_lock($3)"), r.Name, r.Owner, key)}
+	}
+	return stmts{set("idle_session_timeout", false), st("SELECT pg_advisory_lock($1)", key), st(fmt.Sprintf(upsert, ""), r.Name, r.Owner)}
+}
+
+func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if s == sqllock.ForUpdate {
+		return stmts{st("ROLLBACK")}
+	}
+	// The connection is pinned for this lease alone: no other advisory
+	// lock of the session can be ours to keep.
+	return stmts{st("SELECT pg_advisory_unlock_all()"), st("RESET idle_session_timeout")}
+}
+
+func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{st("SELECT true")}
+}
+
+func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if s == sqllock.ForUpdate {
+		return stmts{st("COMMIT")}
+	}
+	return stmts{st("RESET idle_session_timeout"), st("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
+}
+
+func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{st(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
+up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond')
+	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
+		expires_at = excluded.expires_at, session = NULL
+	WHERE t.expires_at IS NULL OR t.expires_at <= now()
+	RETURNING t.fence)
+SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL))}
+}
+
+func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{st("UPDATE "+t.Q+" SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING true",
+		r.Name, r.Token, sqllock.Micros(r.TTL))}
+}
+
+func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{st("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name) SELECT pg_notify($3, name) IS NULL FROM r",
+		r.Name, r.Token, r.Channel)}
+}

@@ -1,0 +1,248 @@
+// Package postgres is dlock's PostgreSQL driver (with pgx v5 and pgxpool).
+// Import it for its side effect of registering the postgres:// and
+// postgresql:// URL schemes, or call OpenLocker with an existing pool.
+//
+// # Strategies
+//
+//   - forupdate (default): a row of the lock table locked with
+//     SELECT … FOR UPDATE (NOWAIT for TryAcquire) in a transaction kept
+//     open on a connection pinned for the lease. Waiters wait in the
+//     server's row-lock queue; Acquire's wait is bounded by the context's
+//     deadline (lock_timeout) and cut short by its cancellation. Release
+//     commits. The session sets idle_in_transaction_session_timeout to the
+//     lease TTL: a holder that stops talking (paused, partitioned) loses the
+//     lock after the TTL; a holder whose process dies loses it at once (its
+//     connection closes). The keep-alive (every TTL/3) pings the pinned
+//     connection, which restarts that timer. One round trip per acquire (a
+//     pgx batch: BEGIN, set_config, the locking UPDATE) and one per release.
+//   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
+//     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
+//     computed by the server's clock; refresh and release are conditional
+//     on the grant's token. No connection is pinned. Waiters are woken by
+//     LISTEN/NOTIFY (one listening connection per Locker, one channel per
+//     lock table, the payload is the name) and by the holder's remaining
+//     TTL when it expires without a release.
+//   - advisory: pg_advisory_lock on a pinned connection (the 64-bit key
+//     is the first 8 bytes of SHA-256 over the table's and the lock's
+//     names: two names collide with probability 2^-64 per pair, and then
+//     merely exclude each other). The session sets idle_session_timeout
+//     (PostgreSQL 14 or later) to the TTL.
+//
+// Every strategy's token comes from the sequence <table>_fence, whose
+// values are never rolled back or reused: a holder whose transaction died
+// with its connection cannot share its token with the next holder.
+// Tokens are written to the name's row too (column fence).
+//
+// A lease is not bound to the server's clock but to its connection: a
+// broken connection is a lost lease (Lease.Done closes as soon as the
+// keep-alive finds it). Capabilities.SessionBound is false all the same:
+// the server frees a silent holder after its idle timeout, which the TTL
+// sets, so the portable layer's TTL deadline is the right, conservative
+// bound for the holder (every statement on the pinned connection restarts
+// the server's timer).
+//
+// # URLs
+//
+//	postgres://user:password@host:port/database?strategy=forupdate
+//	postgresql://user:password@host:port/database?sslmode=disable&strategy=advisory
+//
+// Everything but dlock's parameters is handed to pgxpool.ParseConfig, so
+// libpq-style hosts, ports and settings work as they do in pgx. dlock's
+// parameters:
+//
+//   - strategy: forupdate (default), version or advisory.
+//   - table: the lock table, "table" or "schema.table" (default
+//     dlock_locks); letters, digits and underscores only.
+//   - migrate: create the table and its sequence if missing (default
+//     true); with migrate=false they must exist (see Schema).
+//
+// The other parameters must be ones pgx or pgxpool know: the libpq
+// connection keywords (sslmode, sslrootcert, connect_timeout,
+// target_session_attrs, application_name, options, …), pgx's
+// (statement_cache_capacity, default_query_exec_mode, …) and pgxpool's
+// (pool_max_conns, pool_min_conns, pool_max_conn_idle_time, …). Any other
+// parameter is an error, as in libpq: pgx would send it to the server as a
+// setting, where a misspelt dlock parameter would fail late and obscurely.
+// Server settings go through options=-c name=value, or search_path,
+// timezone and client_encoding, which are accepted as they are.
+// pool_max_conns defaults to 32 (each held forupdate or advisory lease
+// pins one connection).
+//
+// Open connects (and creates the table) before it returns, so a wrong
+// address or password fails there. The password never appears in an
+// error.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/sqllock"
+)
+
+// URL schemes this package registers.
+const (
+	Scheme    = "postgres"
+	SchemeAlt = "postgresql"
+)
+
+// DefaultTable is the lock table when Options.Table is empty.
+const DefaultTable = sqllock.DefaultTable
+
+// DefaultMaxConns is pool_max_conns of a pool opened from a URL that does
+// not set it.
+const DefaultMaxConns = 32
+
+const cleanupTimeout = 5 * time.Second
+
+func init() {
+	dlock.Register(Scheme, openURL)
+	dlock.Register(SchemeAlt, openURL)
+}
+
+// Options configure OpenLocker. A nil *Options, and every zero field,
+// means the default.
+type Options struct {
+	// Strategy is "forupdate" (default), "version" or "advisory".
+	Strategy string
+	// Table is the lock table, "table" or "schema.table" (default
+	// DefaultTable). It is validated as identifiers and quoted.
+	Table string
+	// NoMigrate: do not create the table and its sequence on first use.
+	NoMigrate bool
+}
+
+func (o *Options) config(p *pgxpool.Pool, owned bool) (sqllock.Config, error) {
+	if o == nil {
+		o = &Options{}
+	}
+	d := dialect{}
+	s, err := sqllock.ParseStrategy(d, o.Strategy)
+	if err != nil {
+		return sqllock.Config{}, err
+	}
+	t, err := sqllock.ParseTable(d, o.Table)
+	if err != nil {
+		return sqllock.Config{}, err
+	}
+	return sqllock.Config{
+		Dialect:  d,
+		Pool:     &pool{p: p, owned: owned},
+		Strategy: s,
+		Table:    t,
+		Migrate:  !o.NoMigrate,
+	}, nil
+}
+
+// OpenLocker returns a Locker on an existing pool. Closing the Locker
+// does not close the pool. Each held forupdate or advisory lease pins one
+// of the pool's connections until it ends; size the pool for it. The
+// table is created on first use unless opts.NoMigrate.
+//
+// OpenLocker panics on an invalid opts.Strategy or opts.Table.
+func OpenLocker(p *pgxpool.Pool, opts *Options) *dlock.Locker {
+	cfg, err := opts.config(p, false)
+	if err != nil {
+		panic(err)
+	}
+	return dlock.NewLocker(sqllock.New(cfg))
+}
+
+// Schema returns the statements that create the lock table and its
+// sequence, for deployments that run migrations themselves (migrate=false).
+func Schema(table string) ([]string, error) {
+	t, err := sqllock.ParseTable(dialect{}, table)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range (dialect{}).Migrate(t) {
+		if s.SQL != "BEGIN" && s.SQL != "COMMIT" && !strings.Contains(s.SQL, "pg_advisory") {
+			out = append(out, s.SQL)
+		}
+	}
+	return out, nil
+}
+
+// pgParams are the URL parameters handed to pgx: libpq's connection
+// keywords, pgx's and pgxpool's own, and a few server settings.
+var pgParams = []string{
+	"host", "port", "dbname", "database", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "sslkey", "sslcert", "sslcertmode", "sslrootcert", "sslnegotiation", "sslpassword", "sslsni",
+	"krbspn", "krbsrvname", "target_session_attrs", "service", "servicefile",
+	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth",
+	"application_name", "options", "search_path", "timezone", "client_encoding",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode", "min_read_buffer_size",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_lifetime_jitter", "pool_max_conn_idle_time", "pool_health_check_period", "pool_ping_timeout",
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: postgres: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
+}
+
+// parseURL splits a URL into dlock's options and pgxpool's config.
+func parseURL(raw string) (*Options, *pgxpool.Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, nil, invalid("malformed URL") // url.Error repeats the password
+	}
+	q := driver.NewParams(u.Query())
+	opts := &Options{
+		Strategy:  q.Enum("strategy", string(sqllock.ForUpdate), string(sqllock.ForUpdate), string(sqllock.Version), "advisory"),
+		Table:     q.String("table", DefaultTable),
+		NoMigrate: !q.Bool("migrate", true),
+	}
+	rest := q.Rest()
+	for k := range rest {
+		if slices.Contains(pgParams, k) {
+			q.Has(k)
+		}
+	}
+	if err := q.Err(); err != nil {
+		return nil, nil, fmt.Errorf("postgres: %w", err)
+	}
+	u.RawQuery = rest.Encode()
+	pc, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, nil, invalid("%v", err) // pgx redacts the password
+	}
+	if _, set := rest["pool_max_conns"]; !set {
+		pc.MaxConns = DefaultMaxConns
+	}
+	return opts, pc, nil
+}
+
+func openURL(ctx context.Context, raw string) (driver.Locker, error) {
+	opts, pc, err := parseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	p, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	cfg, err := opts.config(p, true)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	if err := p.Ping(ctx); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("postgres: connecting: %w", err)
+	}
+	drv := sqllock.New(cfg)
+	if err := sqllock.Core(drv).Prepare(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return drv, nil
+}
