@@ -178,7 +178,7 @@ func (c *config) options(addr string) *goredis.Options {
 			tc.ServerName = host
 		}
 	}
-	return &goredis.Options{
+	o := &goredis.Options{
 		Addr:                     addr,
 		Username:                 c.username,
 		Password:                 c.password,
@@ -196,6 +196,13 @@ func (c *config) options(addr string) *goredis.Options {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
+	if c.scheme == SchemeRedlock {
+		// One dial per request: a dead node must cost a refused connection,
+		// not go-redis's five dials 100ms apart, which exceed the node
+		// timeout and turn "down" into "slow".
+		o.DialerRetries = 1
+	}
+	return o
 }
 
 // clusterOptions are the go-redis options of a Cluster.
