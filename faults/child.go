@@ -230,6 +230,9 @@ func childWrite(c *childConn, lease *dlock.Lease, seq int) error {
 		return nil
 	default:
 	}
+	if lease.Err() != nil {
+		return nil
+	}
 	_, err := c.ask(msg{K: "write", Lease: seq, Token: lease.Token()})
 	return err
 }
