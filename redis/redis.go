@@ -71,7 +71,7 @@ func (o *Options) nodeTimeout() time.Duration {
 
 func validPrefix(p string) error {
 	if strings.ContainsAny(p, "{}") {
-		return fmt.Errorf("%w: redis: prefix %q must not contain '{' or '}' (the name's hash tag follows it)", dlock.ErrInvalidOption, p)
+		return fmt.Errorf("redis: %w: prefix %q must not contain '{' or '}' (the name's hash tag follows it)", dlock.ErrInvalidOption, p)
 	}
 	return nil
 }

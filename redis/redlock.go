@@ -136,7 +136,7 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	start := time.Now()
 	budget := req.TTL - drift(req.TTL)
 	if budget <= 0 {
-		return nil, fmt.Errorf("%w: redis: redlock: TTL %v leaves no validity after the drift margin %v", dlock.ErrInvalidOption, req.TTL, drift(req.TTL))
+		return nil, fmt.Errorf("redis: redlock: %w: TTL %v leaves no validity after the drift margin %v", dlock.ErrInvalidOption, req.TTL, drift(req.TTL))
 	}
 	k := keysFor(r.prefix, req.Name)
 	id := rand.Text()

@@ -51,7 +51,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: redis: "+format, append([]any{dlock.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("redis: %w: "+format, append([]any{dlock.ErrInvalidOption}, args...)...)
 }
 
 // parseURL reads a redis://, rediss://, redis+cluster:// or redlock:// URL.

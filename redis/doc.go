@@ -1,0 +1,110 @@
+// Package redis is dlock's Redis driver, on go-redis v9: locks on one Redis
+// server (or a Sentinel-managed primary), on a Redis Cluster, and Redlock
+// over independent masters. Import it for its side effect of registering
+// its URL schemes with dlock.Open:
+//
+//	import _ "github.com/dlock-go/dlock/redis"
+//
+// or call OpenLocker (or OpenRedlock) with go-redis clients of your own.
+//
+// # URLs
+//
+//	redis://[user:password@]host[:port][/db][?param=value&...]
+//	    one server; port 6379 and database 0 by default
+//	rediss://[user:password@]host[:port][/db][?...]
+//	    the same over TLS (server name checked against host)
+//	redis+cluster://[user:password@]host:port,host:port,...[?...]
+//	    a Redis Cluster, reached through any of the seed nodes listed
+//	redlock://[user:password@]host:port,host:port,host:port[/db][?...]
+//	    Redlock over the listed independent masters (3 or 5; each one a
+//	    separate server, not a replica of another)
+//
+// The password goes in the userinfo only; it never appears in an error.
+// Parameters (durations as Go durations, "500ms", "2s", or bare
+// milliseconds); any other parameter is an error:
+//
+//	prefix          key and channel prefix, default "dlock:" (no '{' or '}')
+//	dial_timeout    go-redis DialTimeout (default 5s)
+//	read_timeout    go-redis ReadTimeout (default 5s)
+//	write_timeout   go-redis WriteTimeout (default: read_timeout)
+//	pool_timeout    go-redis PoolTimeout (default: read_timeout + 1s)
+//	pool_size       connections per server, 1 to 65536 (default 10 per CPU)
+//	min_idle_conns  idle connections kept open (default 0)
+//	max_retries     retries of a request after a network error, 0 for none
+//	                (default 3; Redlock: none, a retry rarely fits the
+//	                node timeout)
+//	client_name     CLIENT SETNAME of every connection
+//	tls             redis+cluster:// and redlock:// only: "true" for TLS
+//	skip_verify     with TLS only: "true" skips the certificate check
+//	node_timeout    redlock:// only: budget of one request to one node
+//	                (default 100ms; capped by the lease's validity)
+//
+// For example:
+//
+//	dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+//	    → a *goredis.Client on db 0; lock "orders/42" is key dlock:{orders/42}
+//	dlock.Open(ctx, "rediss://app:secret@cache.internal:6380/2?prefix=billing:")
+//	    → TLS, ACL user app, db 2, key billing:{orders/42}
+//	dlock.Open(ctx, "redis+cluster://10.0.0.1:7000,10.0.0.2:7000?read_timeout=1s")
+//	    → a *goredis.ClusterClient seeded with two nodes
+//	dlock.Open(ctx, "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379?node_timeout=20ms")
+//	    → Redlock, quorum 2 of 3, 20ms per node and request
+//
+// # Keys
+//
+// A lock name is stored in a hash tag, so that in a Cluster its three keys
+// share a slot: <prefix>{<name>} holds the owner value with the lease's PX
+// expiry, <prefix>{<name>}:fence the fencing counter (INCR, no expiry: one
+// small key per name ever locked), and <prefix>{<name>}:rel is the channel
+// a release is published on. A '}' in the name is written %7D and a '%'
+// %25, so any UTF-8 name of up to 1024 bytes works.
+//
+// # How it works
+//
+// Acquire is one round trip: a Lua script (EVALSHA, falling back to EVAL
+// after a restart) does SET key value NX PX ttl and, when that succeeds,
+// INCR of the fence counter, returning the token; when the lock is held it
+// returns the holder's PTTL, so a waiter never sleeps past the holder's
+// expiry. The value is a random 128-bit id per grant followed by "|" and
+// the AcquireOptions.Owner (reported by Inspect). Refresh (PEXPIRE) and
+// release (DEL, then PUBLISH on the name's channel) are scripts that act
+// only if the key still holds the grant's value: a release never frees
+// another owner's lock and a refresh never re-creates an expired one.
+//
+// Waiters are woken by pub/sub, not by polling. Each Locker has one
+// subscription connection (one per master with sharded pub/sub in a
+// Cluster, one per node for Redlock) that multiplexes the channels of
+// every name it waits on; Watch returns only once the server has
+// confirmed the subscription, so a release right after it is seen. A
+// channel stays subscribed for 30s after its last waiter left, so that
+// the next wait on the name costs no SUBSCRIBE. A wake-up lost to a
+// broken connection is made up for by the portable layer's fallback
+// timer (at most 1s), and every waiter is woken when the connection is
+// re-established.
+//
+// # Guarantees
+//
+// Single server and Cluster ("set-nx", "cluster"): fencing tokens strictly
+// increase for as long as the fence key lives: across a restart only when
+// the server persists every write (appendonly yes, appendfsync always; so
+// Capabilities does not claim TokensSurviveRestart), and not under an
+// allkeys-* eviction policy, which may evict the counter. Replication is
+// asynchronous: a failover to a replica that had not received a grant
+// can grant the lock again; check the token at the protected resource.
+// Waiters are not served in order (Fair is false): every waiter of a name
+// is woken by a release and the first to reach the server wins. A crashed
+// holder's lock is free after its TTL. Cluster uses SSUBSCRIBE/SPUBLISH
+// on Redis 7 and later, SUBSCRIBE/PUBLISH before.
+//
+// Redlock ("redlock"): a grant needs a quorum of N/2+1 nodes, asked in
+// parallel with a per-node timeout; its validity is TTL − elapsed −
+// (1% of TTL + 2ms), which is the portable layer's lease deadline
+// measured from the start of the request. A failed attempt takes its key
+// back on every node. Concurrent attempts can split the votes so that no
+// one wins; they retry after a random delay. Redlock offers no fencing
+// (Capabilities.Fencing is false): each node counts on its own, and the
+// token (the largest count of the granting quorum) can go backwards when
+// quorums differ or a node restarts without persistence. Its safety rests
+// on bounded clock drift, on process pauses shorter than the validity,
+// and on a node restarted without persistence staying down for one TTL.
+package redis

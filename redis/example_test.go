@@ -1,0 +1,89 @@
+package redis_test
+
+import (
+	"context"
+	"log"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redis"
+)
+
+// A lock on one Redis server, opened by URL.
+func Example() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "orders/42", &dlock.AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	// Pass lease.Token() to the resource, which rejects older tokens.
+	log.Printf("holding orders/42 with token %d", lease.Token())
+}
+
+// TLS, an ACL user and a key prefix of the application's own.
+func Example_tls() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "rediss://app:secret@cache.internal:6380/2?prefix=billing:&dial_timeout=2s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+}
+
+// A Redis Cluster: the lock's keys are hash-tagged to one slot and
+// waiters are woken by sharded pub/sub.
+func Example_cluster() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "redis+cluster://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.TryAcquire(ctx, "reports/nightly", nil)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, dlock.ErrNotAcquired) when another holds it
+	}
+	defer lease.Release(ctx)
+}
+
+// Redlock over three independent masters, 20ms per node and request.
+func Example_redlock() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379?node_timeout=20ms")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "deploy/prod", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	<-lease.Done() // closes if the quorum is lost; Redlock tokens do not fence
+}
+
+// A client the application already has; closing the Locker leaves it open.
+func ExampleOpenLocker() {
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	l := redis.OpenLocker(client, &redis.Options{Prefix: "myapp:"})
+	defer l.Close()
+}
+
+// Redlock over clients of one's own.
+func ExampleOpenRedlock() {
+	var nodes []goredis.UniversalClient
+	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
+		nodes = append(nodes, goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true}))
+	}
+	l := redis.OpenRedlock(nodes, &redis.Options{NodeTimeout: 20 * time.Millisecond})
+	defer l.Close()
+}
