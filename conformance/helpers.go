@@ -19,6 +19,11 @@ func (c *T) noKeepAlive() *dlock.AcquireOptions {
 	return &dlock.AcquireOptions{TTL: c.ttl(), NoKeepAlive: true}
 }
 
+// quick returns a context for a call that must not wait for a holder.
+func (c *T) quick() (context.Context, context.CancelFunc) {
+	return c.withTimeout(c.fast() + time.Second)
+}
+
 // mustTry takes a free lock or ends the case.
 func (c *T) mustTry(l *dlock.Locker, name string, opts *dlock.AcquireOptions) *dlock.Lease {
 	ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
@@ -41,7 +46,7 @@ func (c *T) release(ls *dlock.Lease, what string) {
 
 // expectHeld checks that another client cannot take name now.
 func (c *T) expectHeld(l *dlock.Locker, name, why string) bool {
-	ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
+	ctx, cancel := c.withTimeout(c.fast() + time.Second)
 	defer cancel()
 	ls, err := l.TryAcquire(ctx, name, c.opts())
 	if err == nil {

@@ -1,0 +1,311 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// This file is a small in-process lock service whose flaws can be
+// switched on one at a time. With no flaw it is a correct (if unfair)
+// driver and passes the suite; each flaw is a mistake real lock
+// implementations have made, and the suite must catch it.
+
+// flaws are the deliberate bugs.
+type flaws struct {
+	// noOwnerCheck: Release deletes the lock whoever holds it.
+	noOwnerCheck bool
+	// twoStepExpiry: the lock is set in one step and its expiry in a
+	// second one, which a crash of the client between the two skips: the
+	// lock is set without expiry (only a refresh would set one).
+	twoStepExpiry bool
+	// noExpiry: the server never expires a lock.
+	noExpiry bool
+	// badTokens: each client counts its own tokens, so tokens repeat and
+	// go back across clients.
+	badTokens bool
+	// tryWaits: TryAcquire of a held lock waits for it to be free.
+	tryWaits bool
+	// acquireIgnoresCtx: a waiting Acquire ignores its context.
+	acquireIgnoresCtx bool
+	// lossUnsignalled: the driver has no loss signal and its Refresh
+	// succeeds even when the server has dropped the lease, so the lease
+	// never ends locally.
+	lossUnsignalled bool
+	// ghostWaiter: a cancelled Acquire stays queued on the server and is
+	// granted the lock (with its TTL) when the holder releases.
+	ghostWaiter bool
+	// ownerNoCount: the server makes an owner id reentrant without a
+	// count: another client presenting the same Owner is granted the held
+	// lock, and the first release of either frees it.
+	ownerNoCount bool
+}
+
+// space is the lock server: one namespace.
+type space struct {
+	mu      sync.Mutex
+	locks   map[string]*entry
+	fence   map[string]uint64
+	ghosts  map[string][]time.Duration
+	seq     uint64
+	changed chan struct{} // closed (and replaced) when a lock is freed
+}
+
+type entry struct {
+	id      uint64
+	owner   string
+	token   uint64
+	expires time.Time // zero: never
+	lost    chan struct{}
+}
+
+func newSpace() *space {
+	return &space{
+		locks:   map[string]*entry{},
+		fence:   map[string]uint64{},
+		ghosts:  map[string][]time.Duration{},
+		changed: make(chan struct{}),
+	}
+}
+
+// currentLocked returns the live holder of name, expiring a stale one.
+func (sp *space) currentLocked(name string) *entry {
+	e := sp.locks[name]
+	if e != nil && !e.expires.IsZero() && !time.Now().Before(e.expires) {
+		sp.freeLocked(name)
+		e = sp.locks[name] // a ghost may have taken it
+	}
+	return e
+}
+
+// freeLocked frees name; a queued ghost waiter takes it at once.
+func (sp *space) freeLocked(name string) {
+	delete(sp.locks, name)
+	if g := sp.ghosts[name]; len(g) > 0 {
+		sp.ghosts[name] = g[1:]
+		sp.seq++
+		sp.fence[name]++
+		sp.locks[name] = &entry{id: sp.seq, token: sp.fence[name], expires: time.Now().Add(g[0])}
+	}
+	close(sp.changed)
+	sp.changed = make(chan struct{})
+}
+
+type brokenDriver struct {
+	sp     *space
+	f      flaws
+	tokens uint64 // badTokens: this client's own counter
+}
+
+type brokenLease struct {
+	d       *brokenDriver
+	name    string
+	id      uint64
+	token   uint64
+	granted time.Time
+	lost    chan struct{}
+}
+
+var (
+	_ driver.Locker  = (*brokenDriver)(nil)
+	_ driver.Blocker = (*brokenDriver)(nil)
+	_ driver.Granted = (*brokenLease)(nil)
+)
+
+func (d *brokenDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Backend:        "broken",
+		Strategy:       "test",
+		Fencing:        true,
+		FencingNote:    "per-name counter",
+		Wait:           driver.WaitNotify,
+		ReleaseOnCrash: driver.ReleaseAfterTTL,
+	}
+}
+
+func (d *brokenDriver) Close() error { return nil }
+
+// grantLocked makes req the holder of the free name.
+func (d *brokenDriver) grantLocked(req driver.Request) *brokenLease {
+	sp := d.sp
+	sp.seq++
+	var tok uint64
+	if d.f.badTokens {
+		d.tokens++
+		tok = d.tokens
+	} else {
+		sp.fence[req.Name]++
+		tok = sp.fence[req.Name]
+	}
+	e := &entry{id: sp.seq, owner: req.Owner, token: tok}
+	if !d.f.noExpiry && !d.f.twoStepExpiry {
+		e.expires = time.Now().Add(req.TTL)
+	}
+	if !d.f.lossUnsignalled {
+		e.lost = make(chan struct{})
+	}
+	sp.locks[req.Name] = e
+	return d.leaseOf(req.Name, e)
+}
+
+func (d *brokenDriver) leaseOf(name string, e *entry) *brokenLease {
+	return &brokenLease{d: d, name: name, id: e.id, token: e.token, granted: time.Now(), lost: e.lost}
+}
+
+func (d *brokenDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	sp := d.sp
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sp.mu.Lock()
+		e := sp.currentLocked(req.Name)
+		if e == nil {
+			ls := d.grantLocked(req)
+			sp.mu.Unlock()
+			return ls, nil
+		}
+		if d.f.ownerNoCount && req.Owner != "" && e.owner == req.Owner {
+			sp.mu.Unlock()
+			return d.leaseOf(req.Name, e), nil
+		}
+		wait := sp.changed
+		retry := time.Until(e.expires)
+		sp.mu.Unlock()
+		if !d.f.tryWaits {
+			if e.expires.IsZero() {
+				retry = 0
+			}
+			return nil, &driver.NotAcquiredError{RetryAfter: retry}
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (d *brokenDriver) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	sp := d.sp
+	limit := time.After(30 * time.Second) // acquireIgnoresCtx must not leak forever
+	for {
+		sp.mu.Lock()
+		e := sp.currentLocked(req.Name)
+		if e == nil {
+			ls := d.grantLocked(req)
+			sp.mu.Unlock()
+			return ls, nil
+		}
+		wait := sp.changed
+		var expiry <-chan time.Time
+		if !e.expires.IsZero() {
+			expiry = time.After(time.Until(e.expires))
+		}
+		sp.mu.Unlock()
+		done := ctx.Done()
+		if d.f.acquireIgnoresCtx {
+			done = nil
+		}
+		select {
+		case <-wait:
+		case <-expiry:
+		case <-limit:
+			return nil, fmt.Errorf("broken: gave up")
+		case <-done:
+			if d.f.ghostWaiter {
+				sp.mu.Lock()
+				sp.ghosts[req.Name] = append(sp.ghosts[req.Name], req.TTL)
+				sp.mu.Unlock()
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (ls *brokenLease) Token() uint64         { return ls.token }
+func (ls *brokenLease) Lost() <-chan struct{} { return ls.lost }
+func (ls *brokenLease) GrantedAt() time.Time  { return ls.granted }
+
+func (ls *brokenLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sp := ls.d.sp
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	e := sp.currentLocked(ls.name)
+	if e == nil || e.id != ls.id {
+		if ls.d.f.lossUnsignalled {
+			return nil
+		}
+		return fmt.Errorf("broken: %w", driver.ErrNotHeld)
+	}
+	if !ls.d.f.noExpiry {
+		e.expires = time.Now().Add(ttl)
+	}
+	return nil
+}
+
+func (ls *brokenLease) Release(ctx context.Context) error {
+	sp := ls.d.sp
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	e := sp.currentLocked(ls.name)
+	if ls.d.f.noOwnerCheck {
+		if e != nil {
+			sp.freeLocked(ls.name)
+		}
+		return nil
+	}
+	if e == nil || e.id != ls.id {
+		return fmt.Errorf("broken: %w", driver.ErrNotHeld)
+	}
+	sp.freeLocked(ls.name)
+	return nil
+}
+
+// brokenHarness serves the suite one space with the Revoker and Residue
+// hooks.
+type brokenHarness struct {
+	sp *space
+	f  flaws
+}
+
+func (h *brokenHarness) NewLocker(context.Context) (*dlock.Locker, error) {
+	return dlock.NewLocker(&brokenDriver{sp: h.sp, f: h.f}), nil
+}
+func (h *brokenHarness) URL() string  { return "" }
+func (h *brokenHarness) Close() error { return nil }
+
+func (h *brokenHarness) Revoke(_ context.Context, name string) error {
+	sp := h.sp
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	e := sp.currentLocked(name)
+	if e == nil {
+		return fmt.Errorf("broken: revoke %q: %w", name, driver.ErrNotHeld)
+	}
+	if e.lost != nil {
+		close(e.lost)
+	}
+	sp.freeLocked(name)
+	return nil
+}
+
+func (h *brokenHarness) Residue(_ context.Context, name string) (int, error) {
+	h.sp.mu.Lock()
+	defer h.sp.mu.Unlock()
+	return len(h.sp.ghosts[name]), nil
+}
+
+func brokenMaker(f flaws) conformance.HarnessMaker {
+	return func(context.Context) (conformance.Harness, error) {
+		return &brokenHarness{sp: newSpace(), f: f}, nil
+	}
+}

@@ -1,0 +1,129 @@
+// Package conformance is dlock's conformance suite: the rules every
+// backend must pass, exported so that the author of a third-party driver
+// can prove theirs with the same suite as dlock's own drivers.
+//
+// # Using it
+//
+// Write a Harness in your driver's test: it opens independent Lockers
+// (each a separate client: its own connection or session) on one backend
+// namespace, says which URL a child process can open to reach the same
+// namespace, and implements the optional fault hooks (Revoker,
+// Disconnector, Restarter, Residue) that the backend allows. Then call Run
+// from a test:
+//
+//	type harness struct{ url string }
+//
+//	func (h harness) NewLocker(ctx context.Context) (*dlock.Locker, error) { return dlock.Open(ctx, h.url) }
+//	func (h harness) URL() string                                          { return h.url }
+//	func (h harness) Close() error                                         { return nil }
+//
+//	// Revoke drops the current lease of name, as a failing server would.
+//	func (h harness) Revoke(ctx context.Context, name string) error { ... }
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, func(ctx context.Context) (conformance.Harness, error) {
+//			return harness{url: startOrShareServer(t)}, nil // a fresh key prefix per call is best
+//		})
+//	}
+//
+// Each case runs as a subtest named after it (go test -run
+// 'TestConformance/KeepAlive'), with a fresh Harness, lock names of its own
+// (a random suffix), and a watchdog. A case whose capability or hook is
+// missing is skipped with the reason. Check runs the same cases without a
+// *testing.T and returns every failure joined in a *Report (as
+// testing/fstest.TestFS does), so a test can assert that a broken driver
+// fails; Evaluate returns the Report of any run.
+//
+// Timing bounds are relative: each case first times a TryAcquire on a free
+// name (one round trip), and a bound is a multiple of it plus a fixed
+// slack (WithSlack, 250ms by default), plus what the backend's
+// Capabilities allow: the portable layer's 100ms backoff cap for polling
+// backends, its 1s fallback timer for notified waiters that must notice
+// an expiry nobody announced, the lease TTL or ReleaseOnCrash for a dead
+// holder. Safety checks (overlaps, tokens, a freed lock of a new holder)
+// have no slack. The base TTL is short (WithTTL, 500ms by default), so the
+// suite takes well under a minute on a real backend.
+//
+// # Cross-process cases
+//
+// CrossProcessCrash and PausedHolderFenced re-execute the test binary (the
+// top-level test that called Run, with -test.run) as child processes that
+// dlock.Open the Harness's URL. The child's first call of Run, Check or
+// Evaluate plays the child's role and exits the process, so start
+// servers inside the HarnessMaker, not before Run, and do not do anything
+// in TestMain that a child must not repeat. The parent keeps the fenced
+// Register; a child's writes reach it over a pipe. Outside go test these
+// cases are skipped.
+//
+// # Fenced resource
+//
+// Register is a resource that rejects writes with a stale fencing token;
+// History records acquires, releases, losses and writes; CheckFenced runs
+// github.com/anishathalye/porcupine over a history with the fenced-mutex
+// model (FencedModel) and, on a violation, writes porcupine's HTML
+// visualisation and names the file. Use them in your own tests of code
+// that holds locks.
+//
+// # Cases
+//
+//   - TryAcquireHeld: TryAcquire on a free name succeeds; on a held name it
+//     returns an error wrapping ErrNotAcquired at once (within a small
+//     multiple of one round trip), without waiting for the holder.
+//   - AcquireWakesAfterRelease: Acquire blocks while the lock is held and
+//     returns within a bound after the holder releases: at once for a queue or
+//     a notification, within the portable layer's 100ms backoff cap for
+//     polling.
+//   - AcquireHonoursContext: Acquire returns the context's error promptly when
+//     its deadline passes or it is cancelled, and leaves nothing behind: the
+//     next acquirer gets the lock as soon as the holder releases it, and no
+//     server-side object of the cancelled waiter remains.
+//   - MutualExclusion: At most one client holds a name at a time: 8 lockers ×
+//     8 goroutines acquiring one name see no overlap, lose no update of an
+//     unsynchronised counter, and their history (grants, fenced writes,
+//     releases) is explained by the fenced-mutex model.
+//   - ConcurrentTryAcquireOneWinner: Of 100 concurrent TryAcquire calls on a
+//     free name, exactly one succeeds and every other returns ErrNotAcquired.
+//   - IndependentNames: Distinct names are distinct locks: holding one (even a
+//     prefix, a case variant or an extension of another) never blocks another.
+//   - ReleaseSemantics: Release by the holder frees the lock and ends the
+//     lease with ErrReleased; a second Release returns ErrNotHeld; the Release
+//     of a lease that expired or was revoked returns ErrNotHeld and does not
+//     free the lock that a new holder took since.
+//   - RefreshSemantics: Refresh keeps the lock past its original TTL; Refresh
+//     of a lease that expired or was revoked returns ErrNotHeld and does not
+//     resurrect the lock.
+//   - KeepAlive: With keep-alive a lease stays held for 5 × TTL without an
+//     explicit refresh; with NoKeepAlive it expires on the server after its
+//     TTL and another client gets it within the TTL plus the waiter's notice
+//     bound.
+//   - FencingMonotonic: Fencing tokens strictly increase across successive
+//     holders of a name: across lockers, across Acquire and TryAcquire, across
+//     expiry or revocation, and across a server restart where the backend
+//     keeps them.
+//   - LossSignalled: When the server drops a lease, Done closes and Err wraps
+//     ErrLockLost within the TTL plus slack; a lease that expires unrefreshed
+//     ends (its deadline passes) no later than the server grants the lock to
+//     another client; a holder cut off from the server is told before another
+//     client is granted the lock.
+//   - Reentrancy: With an Owner, a second Acquire by the same Owner on the
+//     same Locker returns at once and must be released twice; other owners,
+//     and the same Owner on another Locker (another client), are excluded
+//     until the last release.
+//   - Fairness: On a fair backend waiters are granted the lock in the order
+//     they started waiting.
+//   - CrossProcessCrash: A holder process killed with SIGKILL frees the lock
+//     within the backend's stated bound (Capabilities.ReleaseOnCrash: at once,
+//     the TTL, or the session timeout) plus the waiter's notice bound.
+//   - PausedHolderFenced: A holder process stopped (SIGSTOP) until another
+//     client took the lock, then resumed, has its write with its old token
+//     rejected by the fenced resource, and its lease reported lost
+//     (ErrLockLost).
+//   - BadInput: Empty, over-long and invalid-UTF-8 names, and names the
+//     backend cannot store, are rejected with ErrInvalidName; a negative TTL
+//     or one below 1ms with ErrInvalidOption (zero means the default); nothing
+//     is left on the server; every name that is accepted is stored exactly
+//     (distinct names never collide).
+//   - Close: After Close, calls return ErrClosed, acquisitions in flight end
+//     with ErrClosed, leases end with ErrClosed and are released on the server
+//     (they stop renewing), a second Close is harmless, and nothing panics.
+package conformance
