@@ -484,6 +484,7 @@ func testCrashFreesLock(t *testing.T, f *fixture) {
 	p.wait(t, 10*time.Second)
 	for alive(pid) {
 		if time.Since(t0) > 10*time.Second {
+			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("COMMAND (pid %d) outlived its dlock by 10s", pid)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -93,6 +93,9 @@ func jobMain() int {
 	if d, err := time.ParseDuration(os.Getenv(envHold)); err == nil {
 		until = time.After(d)
 	}
+	// A job that outlives its test (a dlock that failed to take it along)
+	// ends by itself.
+	orphanLimit := time.After(3 * time.Minute)
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	done := func() int {
@@ -105,6 +108,9 @@ func jobMain() int {
 		select {
 		case <-until:
 			return done()
+		case <-orphanLimit:
+			record("overlived", id)
+			return 97
 		case <-poll.C:
 			if until == nil {
 				if _, err := os.Stat(filepath.Join(dir, "stop")); err == nil {
@@ -185,6 +191,9 @@ func startDlock(t *testing.T, ctx context.Context, env []string, args ...string)
 	if u, ok := lookupVar(env, envURL); ok {
 		cmd.Env = append(cmd.Env, envURL+"="+u)
 	}
+	// COMMAND inherits dlock's output pipes: when dlock dies without it,
+	// Wait must not wait for COMMAND to close them.
+	cmd.WaitDelay = 2 * time.Second
 	p := &dlockProc{cmd: cmd, stderr: new(syncBuffer), stdout: new(syncBuffer), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {
