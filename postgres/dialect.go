@@ -56,7 +56,9 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 }
 
 func (dialect) EnsureRow(t sqllock.Table, name string) []sqllock.Stmt {
-	return stmts{st("INSERT INTO "+t.Q+" (name) VALUES ($1) ON CONFLICT (name) DO NOTHING", name)}
+	// NOT EXISTS reads the committed row without waiting: a plain ON
+	// CONFLICT would wait for the holder's transaction, which updated it.
+	return stmts{st("INSERT INTO "+t.Q+" (name) SELECT $1::text WHERE NOT EXISTS (SELECT 1 FROM "+t.Q+" WHERE name = $1) ON CONFLICT (name) DO NOTHING", name)}
 }
 
 // nextval is the token: a sequence value, never rolled back.
@@ -149,4 +151,18 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{st("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name) SELECT pg_notify($3, name) IS NULL FROM r",
 		r.Name, r.Token, r.Channel)}
+}
+
+func (dialect) Admin(t sqllock.Table) sqllock.Admin {
+	// The forupdate holder's row version is uncommitted: its session is
+	// found through the transaction that locked the row (xmax); the
+	// advisory holder's session is committed in the row.
+	holder := "SELECT l.pid::bigint FROM " + t.Q + " t JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax" +
+		" AND l.mode = 'ExclusiveLock' AND l.granted WHERE t.name = $1 UNION ALL SELECT session FROM " + t.Q + " WHERE name = $1 AND session IS NOT NULL"
+	return sqllock.Admin{
+		Holder:  []string{holder},
+		Kill:    "SELECT pg_terminate_backend($1::int)",
+		Expire:  "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 RETURNING true",
+		Waiters: "SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock' AND (" + holder + " LIMIT 1) = ANY(pg_blocking_pids(a.pid))",
+	}
 }

@@ -135,6 +135,9 @@ func (l *Locker) Capabilities() driver.Capabilities { return l.caps }
 // Table returns the lock table.
 func (l *Locker) Table() Table { return l.t }
 
+// Dialect returns the dialect.
+func (l *Locker) Dialect() Dialect { return l.d }
+
 // Pool returns the pool.
 func (l *Locker) Pool() Pool { return l.pool }
 

@@ -64,8 +64,8 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			// that it never waits for another creator's transaction) and
 			// try again.
 			created = true
-			if _, err := l.pool.Run(ctx, l.d.EnsureRow(l.t, req.Name)); err != nil {
-				c.Release(false)
+			if _, err := c.Run(ctx, l.d.EnsureRow(l.t, req.Name)); err != nil {
+				l.abort(ctx, c, r, KindBroken)
 				return nil, ctxErr(ctx, l.errorf("creating the row of %q: %w", req.Name, err))
 			}
 			continue

@@ -183,6 +183,26 @@ type Dialect interface {
 	// VersionRelease frees r.Token's lease and notifies r.Channel: a row
 	// when it was held.
 	VersionRelease(t Table, r Req) []Stmt
+
+	// Admin is the SQL that tests and operators use to reach the
+	// server's sessions.
+	Admin(t Table) Admin
+}
+
+// Admin is SQL for tests and operators. Each statement takes the
+// placeholders named in its comment.
+type Admin struct {
+	// Holder returns the session id of name's holder (1: name, passed to
+	// the last statement). It may see the session of a past holder when
+	// name is free.
+	Holder []string
+	// Kill ends a session (1: session id), freeing its locks at once.
+	Kill string
+	// Expire ends the version lease of name (1: name).
+	Expire string
+	// Waiters counts the sessions waiting in the server's lock queue
+	// behind name's holder (1: name).
+	Waiters string
 }
 
 // Table is a validated, quoted lock table with its token counter.
