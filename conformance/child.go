@@ -311,7 +311,7 @@ func casePausedHolderFenced(c *T) {
 	if err := reg.Write(old, "child"); !errors.Is(err, ErrStaleToken) {
 		c.Errorf("the resumed holder's write with its old token %d after the new holder's %d was not rejected (%v)", old, tok2, err)
 	}
-	wait := c.ttl() + c.fast()
+	wait := c.ttl() + c.crashBound() + c.fast()
 	c.tell(ch, "wait-done "+wait.String())
 	done := c.expect(ch, "done", wait+10*time.Second)
 	if !strings.HasPrefix(done, "lost ") {

@@ -20,28 +20,37 @@ func TestCorrectDriverPasses(t *testing.T) {
 // Each deliberately broken driver must fail Check, and the case named for
 // its flaw must be among the failures.
 func TestBrokenDriversAreCaught(t *testing.T) {
-	for _, tc := range []struct {
+	type broken struct {
 		name string
 		f    flaws
 		want string
-	}{
-		{"ReleaseWithoutOwnerCheck", flaws{noOwnerCheck: true}, "ReleaseSemantics"},
-		{"ExpirySetInSecondStep", flaws{twoStepExpiry: true}, "KeepAlive"},
-		{"NoExpiry", flaws{noExpiry: true}, "KeepAlive"},
-		{"TokensRepeat", flaws{badTokens: true}, "FencingMonotonic"},
-		{"TryAcquireWaits", flaws{tryWaits: true}, "TryAcquireHeld"},
-		{"AcquireIgnoresContext", flaws{acquireIgnoresCtx: true}, "AcquireHonoursContext"},
-		{"LossNeverSignalled", flaws{lossUnsignalled: true}, "LossSignalled"},
-		{"WaiterLeftBehind", flaws{ghostWaiter: true}, "AcquireHonoursContext"},
-		{"ReentrancyWithoutCount", flaws{ownerNoCount: true}, "Reentrancy"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-			defer cancel()
-			err := conformance.Check(ctx, brokenMaker(tc.f), conformance.WithReportDir(t.TempDir()))
+		err  chan error
+	}
+	all := []*broken{
+		{name: "ReleaseWithoutOwnerCheck", f: flaws{noOwnerCheck: true}, want: "ReleaseSemantics"},
+		{name: "ExpirySetInSecondStep", f: flaws{twoStepExpiry: true}, want: "KeepAlive"},
+		{name: "NoExpiry", f: flaws{noExpiry: true}, want: "KeepAlive"},
+		{name: "TokensRepeat", f: flaws{badTokens: true}, want: "FencingMonotonic"},
+		{name: "TryAcquireWaits", f: flaws{tryWaits: true}, want: "TryAcquireHeld"},
+		{name: "AcquireIgnoresContext", f: flaws{acquireIgnoresCtx: true}, want: "AcquireHonoursContext"},
+		{name: "LossNeverSignalled", f: flaws{lossUnsignalled: true}, want: "LossSignalled"},
+		{name: "WaiterLeftBehind", f: flaws{ghostWaiter: true}, want: "AcquireHonoursContext"},
+		{name: "ReentrancyWithoutCount", f: flaws{ownerNoCount: true}, want: "Reentrancy"},
+	}
+	// The suites mostly sleep: run them all at once (t.Parallel would run
+	// only GOMAXPROCS of them at a time).
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	for _, b := range all {
+		b.err = make(chan error, 1)
+		go func() { b.err <- conformance.Check(ctx, brokenMaker(b.f), conformance.WithReportDir(dir)) }()
+	}
+	for _, b := range all {
+		t.Run(b.name, func(t *testing.T) {
+			err := <-b.err
 			if err == nil {
-				t.Fatalf("Check passed a driver whose flaw is %s", tc.name)
+				t.Fatalf("Check passed a driver whose flaw is %s", b.name)
 			}
 			var rep *conformance.Report
 			if !errors.As(err, &rep) {
@@ -49,15 +58,15 @@ func TestBrokenDriversAreCaught(t *testing.T) {
 			}
 			failed := rep.Failed()
 			t.Logf("failed: %v; skipped: %v", failed, rep.Skipped())
-			if !slices.Contains(failed, tc.want) {
-				t.Fatalf("the case %s did not catch the flaw %s; the failures:\n%v", tc.want, tc.name, err)
+			if !slices.Contains(failed, b.want) {
+				t.Fatalf("the case %s did not catch the flaw %s; the failures:\n%v", b.want, b.name, err)
 			}
 			var ce *conformance.CaseError
 			if !errors.As(err, &ce) || ce.Rule == "" {
 				t.Errorf("the report does not unwrap to a *CaseError quoting its rule")
 			}
-			res, _ := rep.Case(tc.want)
-			t.Logf("%s: %v", tc.want, res.Errors)
+			res, _ := rep.Case(b.want)
+			t.Logf("%s: %q", b.want, res.Errors)
 		})
 	}
 }
