@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -80,6 +82,39 @@ var backends = []backend{
 			}
 		},
 	},
+	{
+		name:   "postgres",
+		scheme: "postgres",
+		server: func(t *testing.T) *testenv.Server { return testenv.Postgres(t) },
+		url:    func(s *testenv.Server) string { return s.URL }, // strategy=forupdate, the default
+		ttl:    2 * time.Second,
+		revoke: terminatePostgres,
+	},
+	{
+		name:   "postgres-advisory",
+		scheme: "postgres",
+		server: func(t *testing.T) *testenv.Server { return testenv.Postgres(t) },
+		url:    func(s *testenv.Server) string { return s.URL + "&strategy=advisory" },
+		ttl:    2 * time.Second,
+		revoke: terminatePostgres,
+	},
+}
+
+// terminatePostgres ends the holder's connection on the server: the tests
+// of this binary run one at a time, so every other client connection to
+// the database belongs to the dlock under test.
+func terminatePostgres(t *testing.T, ctx context.Context, s *testenv.Server, _ string) {
+	c, err := pgx.Connect(ctx, s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var n int
+	err = c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n)
+	if err != nil || n == 0 {
+		t.Fatalf("revoke: pg_terminate_backend: %d connections, %v", n, err)
+	}
 }
 
 type quietZK struct{}
@@ -132,6 +167,24 @@ func (f *fixture) caps(t *testing.T, ctx context.Context) dlock.Capabilities {
 	}
 	defer l.Close()
 	return l.Capabilities()
+}
+
+// canInspect reports whether the backend implements Locker.Inspect.
+func (f *fixture) canInspect(t *testing.T, ctx context.Context) bool {
+	t.Helper()
+	l, err := dlock.Open(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.Inspect(ctx, "cmdtest/probe")
+	if err != nil && !errors.Is(err, dlock.ErrUnsupported) {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Logf("%s cannot inspect locks: dlock status reports unknowns", f.b.name)
+	}
+	return err == nil
 }
 
 // crashBound is how long after its holder died the lock is free at the
@@ -380,6 +433,14 @@ func testSignalsForwarded(t *testing.T, f *fixture) {
 func testStatus(t *testing.T, f *fixture) {
 	ctx := testCtx(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
+	if !f.canInspect(t, ctx) {
+		// dlock status must say that nothing is known, and not fail.
+		code, text, stderr := runDlock(t, ctx, nil, "status", "-url", f.url, name)
+		if rep := f.status(t, ctx, name); code != 0 || rep.Held != nil || !strings.Contains(text, "held:    unknown (this backend cannot inspect") {
+			t.Errorf("backend without Inspect: status %d, held %s, text %q, stderr %q", code, ptrStr(rep.Held), text, stderr)
+		}
+		return
+	}
 	if rep := f.status(t, ctx, name); rep.Held == nil || *rep.Held {
 		t.Errorf("before: held = %v, want false", ptrStr(rep.Held))
 	}
