@@ -75,12 +75,24 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 				cancel()
 				return nil, ctx.Err()
 			}
+			// The node's owner is the session the multi ran in (it may not
+			// be the one read before sending it, across a reconnection).
+			// The pipelined read normally sees our node; should it have
+			// gone out first, read again.
+			ours := func(d []byte) bool { return bytes.HasPrefix(d, []byte(guid+"\n")) }
 			var watch <-chan zk.Event
-			if g.err == nil {
-				if !bytes.HasPrefix(g.v.data, []byte(guid+"\n")) || g.v.st.EphemeralOwner != sid {
-					watch = nil // already replaced: the lease's watch finds out
-				} else {
-					watch = g.v.ch
+			if g.err == nil && ours(g.v.data) {
+				ls.sid, watch = g.v.st.EphemeralOwner, g.v.ch
+			} else {
+				d, st, err := getNode(ctx, c, path)
+				switch {
+				case err == nil && ours(d):
+					ls.sid = st.EphemeralOwner
+				case err == nil || errors.Is(err, zk.ErrNoNode):
+					ls.sid = 0 // already gone: born lost
+				default:
+					l.addOrphan(ls.orphan())
+					return nil, err
 				}
 			}
 			ls.start(watch)
@@ -143,11 +155,11 @@ func (l *locker) basicRecover(ctx context.Context, parent, path, guid string, si
 				return nil, nil
 			}
 			if err == nil {
-				if !bytes.HasPrefix(d, []byte(guid+"\n")) || st.EphemeralOwner != sid || l.conn.SessionID() != sid {
+				if !bytes.HasPrefix(d, []byte(guid+"\n")) || st.EphemeralOwner != l.conn.SessionID() {
 					return nil, nil
 				}
 				l.recovered.Add(1)
-				ls := l.newLease(path, sid, st.Czxid, true, pst.Version)
+				ls := l.newLease(path, st.EphemeralOwner, st.Czxid, true, pst.Version)
 				ls.start(nil)
 				return ls, nil
 			}
@@ -174,7 +186,7 @@ func (l *locker) basicAbandon(ctx context.Context, mr chan result[[]zk.MultiResp
 		switch {
 		case r.err == nil:
 			if err := basicDelete(cctx, l.conn, path, r.v[1].Stat.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
-				l.addOrphan(orphan{path: path, sid: sid, basic: true, basicVersion: r.v[1].Stat.Version})
+				l.addOrphan(orphan{path: path, basic: true, basicVersion: r.v[1].Stat.Version})
 			}
 			return
 		case !errors.Is(r.err, zk.ErrConnectionClosed):

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -62,27 +63,7 @@ func BenchmarkUncontended(b *testing.B) {
 			conn := adminConn(b, srv.Addr)
 			zl := zk.NewLock(conn, prefix+"-zklock/u", zk.WorldACL(zk.PermAll))
 			ctx := testCtx(b, 10*time.Minute)
-			opFair := func() error {
-				ls, err := fair.Acquire(ctx, "u", nil)
-				if err != nil {
-					return err
-				}
-				return ls.Release(ctx)
-			}
-			opPiped := func() error {
-				ls, err := piped.Acquire(ctx, "u", nil)
-				if err != nil {
-					return err
-				}
-				return ls.Release(ctx)
-			}
-			opBasic := func() error {
-				ls, err := basic.Acquire(ctx, "u", nil)
-				if err != nil {
-					return err
-				}
-				return ls.Release(ctx)
-			}
+			opFair, opPiped, opBasic := acquireRelease(ctx, fair), acquireRelease(ctx, piped), acquireRelease(ctx, basic)
 			opZK := func() error {
 				if err := zl.Lock(); err != nil {
 					return err
@@ -120,6 +101,17 @@ func BenchmarkUncontended(b *testing.B) {
 			b.ReportMetric(float64(ba)/float64(z), "basic/zklock")
 			b.ReportMetric(float64(driverOf(fair).relistings.Load()-missed)/float64(b.N), "relists/op")
 		})
+	}
+}
+
+// acquireRelease returns one uncontended cycle on l.
+func acquireRelease(ctx context.Context, l *dlock.Locker) func() error {
+	return func() error {
+		ls, err := l.Acquire(ctx, "u", nil)
+		if err != nil {
+			return err
+		}
+		return ls.Release(ctx)
 	}
 }
 

@@ -202,7 +202,14 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 			}
 			switch {
 			case r.err == nil:
-				a.setNode(r.v.path, sid)
+				owner, live, err := sessionOf(ctx, c, r.v.path, sid)
+				if err != nil {
+					return view{}, err
+				}
+				if !live {
+					continue // created in a session that has since ended
+				}
+				a.setNode(r.v.path, owner)
 				a.czxid = r.v.czxid
 				if r.v.alone {
 					// No child but ours in the transaction that created it:
@@ -261,13 +268,17 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 		}
 		if a.unknown {
 			a.unknown = false
-			if c.SessionID() == a.sid {
-				for _, k := range r.kids {
-					if g, _, ok := parseChild(k); ok && g == a.guid {
-						a.setNode(a.parent+"/"+k, a.sid)
-						l.recovered.Add(1)
-						break
+			for _, k := range r.kids {
+				if g, _, ok := parseChild(k); ok && g == a.guid {
+					owner, live, err := sessionOf(ctx, c, a.parent+"/"+k, 0)
+					if err != nil {
+						return view{}, err
 					}
+					if live {
+						a.setNode(a.parent+"/"+k, owner)
+						l.recovered.Add(1)
+					}
+					break
 				}
 			}
 			if a.node == "" {
@@ -279,6 +290,31 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 		}
 		a.node = "" // our node vanished: start again
 	}
+}
+
+// sessionOf returns the session that owns the ephemeral node at path,
+// created by a request sent while the session was before, and whether that
+// is the connection's session now. The session can change between reading
+// it and the request reaching the server (a reconnection after an expiry);
+// when it did, or before is unknown (0), the node's ephemeralOwner says.
+func sessionOf(ctx context.Context, c *zk.Conn, path string, before int64) (int64, bool, error) {
+	if before != 0 && c.SessionID() == before {
+		return before, true, nil
+	}
+	st, err := call(ctx, func() (*zk.Stat, error) {
+		ok, st, err := c.Exists(path)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+		return st, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return st.EphemeralOwner, st.EphemeralOwner == c.SessionID(), nil
 }
 
 // view computes the nodes ahead of ours from a listing; false when our
@@ -295,7 +331,7 @@ func (a *attempt) view(r childList) (view, bool) {
 		if q.guid == a.guid {
 			// A second node of this attempt (a create applied after its
 			// reply was lost and the create was sent again): ours to delete.
-			a.l.addOrphan(orphan{path: a.parent + "/" + q.name, sid: a.sid})
+			a.l.addOrphan(orphan{path: a.parent + "/" + q.name})
 			a.l.strays.Add(1)
 			continue
 		}
@@ -573,11 +609,11 @@ func (a *attempt) abandon(ctx context.Context) {
 	}
 	if a.node != "" {
 		if err := deleteNode(cctx, a.l.conn, a.node); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			a.l.addOrphan(orphan{path: a.node, sid: a.sid})
+			a.l.addOrphan(orphan{path: a.node})
 		}
 	}
 	if a.unknown {
-		o := orphan{parent: a.parent, guid: a.guid, sid: a.sid}
+		o := orphan{parent: a.parent, guid: a.guid}
 		if !a.l.deleteOrphan(cctx, o) {
 			a.l.addOrphan(o)
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
@@ -16,57 +18,47 @@ func driverOf(l *dlock.Locker) *locker { return l.Driver().(*locker) }
 // with the connection. The retry must find its node by GUID, not create a
 // second one that would be orphaned.
 func TestLostCreateReply(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	for _, recipe := range []string{RecipeFair, RecipeBasic} {
-		t.Run(recipe, func(t *testing.T) {
-			prefix := testPrefix(t)
-			px := newProxy(t, srv.Addr)
-			l := open(t, "zk://"+px.addr(), prefix, "recipe="+recipe)
-			ctx := testCtx(t, 30*time.Second)
-			// Make the parents exist first, so the lost request is the lock's own create.
-			warm, err := l.Acquire(ctx, "lostreply", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = warm.Release(ctx)
-			dials := driverOf(l).s.tr.dials.Load()
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		px := newProxy(t, srv.Addr)
+		l := open(t, "zk://"+px.addr(), prefix, "recipe="+recipe)
+		ctx := testCtx(t, 30*time.Second)
+		// Make the parents exist first, so the lost request is the lock's own create.
+		warm, err := l.Acquire(ctx, "lostreply", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = warm.Release(ctx)
+		dials := driverOf(l).s.tr.dials.Load()
 
-			px.dropCreateReply(escapeName("lostreply"))
-			ls, err := l.Acquire(ctx, "lostreply", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if px.dropped.Load() != 1 || driverOf(l).s.tr.dials.Load() == dials {
-				t.Fatalf("the fault did not happen (dropped %d, dials %d→%d)", px.dropped.Load(), dials, driverOf(l).s.tr.dials.Load())
-			}
-			if r, s := driverOf(l).recovered.Load(), driverOf(l).strays.Load(); r != 1 || s != 0 {
-				t.Errorf("recovered by GUID %d times, %d stray nodes; want 1 and 0", r, s)
-			}
-			k := kids(t, admin, prefix, "lostreply")
-			if len(k) != 1 {
-				t.Errorf("children after a lost create reply: %v, want exactly the holder", k)
-			}
-			if _, err := open(t, srv.URL, prefix, "recipe="+recipe).TryAcquire(ctx, "lostreply", nil); !errors.Is(err, dlock.ErrNotAcquired) {
-				t.Errorf("another client could take it: %v", err)
-			}
-			if err := ls.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			assertNoOrphans(t, admin, prefix)
-		})
-	}
+		px.dropCreateReply(escapeName("lostreply"))
+		ls, err := l.Acquire(ctx, "lostreply", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if px.dropped.Load() != 1 || driverOf(l).s.tr.dials.Load() == dials {
+			t.Fatalf("the fault did not happen (dropped %d, dials %d→%d)", px.dropped.Load(), dials, driverOf(l).s.tr.dials.Load())
+		}
+		if r, s := driverOf(l).recovered.Load(), driverOf(l).strays.Load(); r != 1 || s != 0 {
+			t.Errorf("recovered by GUID %d times, %d stray nodes; want 1 and 0", r, s)
+		}
+		k := kids(t, admin, prefix, "lostreply")
+		if len(k) != 1 {
+			t.Errorf("children after a lost create reply: %v, want exactly the holder", k)
+		}
+		expectHeld(t, ctx, open(t, srv.URL, prefix, "recipe="+recipe), "lostreply", "after a lost create reply")
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		assertNoOrphans(t, admin, prefix)
+	})
 }
 
 // TestDisconnectKeepsSession: a connection cut shorter than the session
 // timeout keeps the session, hence the lease.
 func TestDisconnectKeepsSession(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	prefix := testPrefix(t)
+	srv, admin, prefix, ctx := setup(t, 30*time.Second)
 	l := open(t, srv.URL, prefix, "session_timeout=4s")
 	other := open(t, srv.URL, prefix, "")
-	ctx := testCtx(t, 30*time.Second)
 	ls, err := l.Acquire(ctx, "d", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -85,9 +77,7 @@ func TestDisconnectKeepsSession(t *testing.T) {
 	if err := ls.Refresh(ctx); err != nil {
 		t.Errorf("refresh after reconnect: %v", err)
 	}
-	if _, err := other.TryAcquire(ctx, "d", nil); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("another client took a held lock: %v", err)
-	}
+	expectHeld(t, ctx, other, "d", "after a short disconnection")
 	if err := ls.Release(ctx); err != nil {
 		t.Error(err)
 	}
@@ -98,77 +88,74 @@ func TestDisconnectKeepsSession(t *testing.T) {
 // timeout: its lease must end before the server expires the session and
 // deletes the node (so before anyone else can be granted).
 func TestSessionExpiryByPause(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	for _, recipe := range []string{RecipeFair, RecipeBasic} {
-		t.Run(recipe, func(t *testing.T) {
-			prefix := testPrefix(t)
-			px := newProxy(t, srv.Addr)
-			const timeout = 2 * time.Second
-			l := open(t, "zk://"+px.addr(), prefix, "session_timeout=2s&recipe="+recipe)
-			other := open(t, srv.URL, prefix, "recipe="+recipe)
-			ctx := testCtx(t, 60*time.Second)
-			if got := driverOf(l).s.sessionTimeout(); got != timeout {
-				t.Fatalf("negotiated session timeout %v, want %v", got, timeout)
-			}
-			ls, err := l.Acquire(ctx, "e", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			k := kids(t, admin, prefix, "e")
-			if len(k) != 1 {
-				t.Fatalf("children %v", k)
-			}
-			node := prefix + "/" + escapeName("e") + "/" + k[0]
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		px := newProxy(t, srv.Addr)
+		const timeout = 2 * time.Second
+		l := open(t, "zk://"+px.addr(), prefix, "session_timeout=2s&recipe="+recipe)
+		other := open(t, srv.URL, prefix, "recipe="+recipe)
+		ctx := testCtx(t, 60*time.Second)
+		if got := driverOf(l).s.sessionTimeout(); got != timeout {
+			t.Fatalf("negotiated session timeout %v, want %v", got, timeout)
+		}
+		ls, err := l.Acquire(ctx, "e", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := kids(t, admin, prefix, "e")
+		if len(k) != 1 {
+			t.Fatalf("children %v", k)
+		}
+		node := prefix + "/" + escapeName("e") + "/" + k[0]
 
-			paused := time.Now()
-			px.pause()
-			granted := make(chan time.Time, 1)
-			go func() {
-				l2, err := other.Acquire(ctx, "e", nil)
-				if err != nil {
-					t.Error(err)
-					granted <- time.Time{}
-					return
-				}
-				granted <- time.Now()
-				_ = l2.Release(ctx)
-			}()
-			select {
-			case <-ls.Done():
-			case <-time.After(2 * timeout):
-				t.Fatal("lease did not end while the session was expiring")
-			}
-			lost := time.Now()
-			exists, _, err := admin.Exists(node)
+		paused := time.Now()
+		px.pause()
+		granted := make(chan time.Time, 1)
+		go func() {
+			l2, err := other.Acquire(ctx, "e", nil)
 			if err != nil {
-				t.Fatal(err)
+				t.Error(err)
+				granted <- time.Time{}
+				return
 			}
-			if !exists {
-				t.Errorf("the server had already deleted the node when the lease ended (%v after the pause)", lost.Sub(paused))
-			}
-			if !errors.Is(ls.Err(), dlock.ErrLockLost) {
-				t.Errorf("lease err %v", ls.Err())
-			}
-			g := <-granted
-			if g.IsZero() {
-				t.FailNow()
-			}
-			if !g.After(lost) {
-				t.Errorf("another client was granted at %v, before the holder learned of the loss at %v", g, lost)
-			}
-			t.Logf("lease ended %v after the pause, the other client was granted %v after it", lost.Sub(paused), g.Sub(lost))
-			px.resume()
-			// The old session is gone; the Locker works on in a new one.
-			ls2, err := l.Acquire(ctx, "e", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ls2.Token() <= ls.Token() {
-				t.Errorf("token %d not above %d", ls2.Token(), ls.Token())
-			}
-			_ = ls2.Release(ctx)
-			assertNoOrphans(t, admin, prefix)
-		})
-	}
+			granted <- time.Now()
+			_ = l2.Release(ctx)
+		}()
+		select {
+		case <-ls.Done():
+		case <-time.After(2 * timeout):
+			t.Fatal("lease did not end while the session was expiring")
+		}
+		lost := time.Now()
+		exists, _, err := admin.Exists(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !exists {
+			t.Errorf("the server had already deleted the node when the lease ended (%v after the pause)", lost.Sub(paused))
+		}
+		if !errors.Is(ls.Err(), dlock.ErrLockLost) {
+			t.Errorf("lease err %v", ls.Err())
+		}
+		g := <-granted
+		if g.IsZero() {
+			t.FailNow()
+		}
+		if !g.After(lost) {
+			t.Errorf("another client was granted at %v, before the holder learned of the loss at %v", g, lost)
+		}
+		t.Logf("lease ended %v after the pause, the other client was granted %v after it", lost.Sub(paused), g.Sub(lost))
+		px.resume()
+		// The old session is gone; the Locker works on in a new one.
+		ls2, err := l.Acquire(ctx, "e", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls2.Token() <= ls.Token() {
+			t.Errorf("token %d not above %d", ls2.Token(), ls.Token())
+		}
+		if err := ls2.Release(ctx); err != nil {
+			t.Errorf("release in the new session: %v", err)
+		}
+		assertNoOrphans(t, admin, prefix)
+	})
 }

@@ -90,7 +90,7 @@ func (ls *lease) GrantedAt() time.Time  { return ls.at }
 func (ls *lease) Lost() <-chan struct{} { return ls.lost }
 func (ls *lease) String() string        { return ls.path }
 func (ls *lease) orphan() orphan {
-	return orphan{path: ls.path, sid: ls.sid, basic: ls.basic, basicVersion: ls.version}
+	return orphan{path: ls.path, basic: ls.basic, basicVersion: ls.version}
 }
 func (ls *lease) stopped() (bool, bool) {
 	ls.mu.Lock()

@@ -281,8 +281,7 @@ func (s *session) closeAll() {
 type orphan struct {
 	path         string
 	parent, guid string
-	sid          int64 // the session that owns it; once it changed, the node is gone
-	basic        bool  // a basic-recipe lock node: delete only with basicVersion
+	basic        bool // a basic-recipe lock node: delete only with basicVersion
 	basicVersion int32
 	tries        int
 }
@@ -335,35 +334,41 @@ func (l *locker) sweep(ctx context.Context) {
 	}
 }
 
-// deleteOrphan reports whether o is gone.
+// deleteOrphan reports whether o is gone. It deletes a node only while it
+// belongs to the connection's session now: a node of an ended session
+// vanishes by itself, and the basic recipe's node may be another client's.
 func (l *locker) deleteOrphan(ctx context.Context, o orphan) bool {
-	if sid := l.conn.SessionID(); sid != o.sid {
-		return sid != 0 // a new session: the old one's ephemeral nodes are gone
-	}
 	if l.conn.State() != zk.StateHasSession {
 		return false
 	}
-	if o.basic {
-		err := basicDelete(ctx, l.conn, o.path, o.basicVersion)
-		return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion)
-	}
-	if o.path != "" {
-		err := deleteNode(ctx, l.conn, o.path)
-		return err == nil || errors.Is(err, zk.ErrNoNode)
-	}
-	kids, err := children(ctx, l.conn, o.parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return true
-	}
-	if err != nil {
-		return false
-	}
-	for _, k := range kids {
-		if g, _, ok := parseChild(k); ok && g == o.guid {
-			if err := deleteNode(ctx, l.conn, o.parent+"/"+k); err != nil && !errors.Is(err, zk.ErrNoNode) {
-				return false
+	if o.path == "" {
+		kids, err := children(ctx, l.conn, o.parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		for _, k := range kids {
+			if g, _, ok := parseChild(k); ok && g == o.guid {
+				if !l.deleteOrphan(ctx, orphan{path: o.parent + "/" + k}) {
+					return false
+				}
 			}
 		}
+		return true
 	}
-	return true
+	owner, live, err := sessionOf(ctx, l.conn, o.path, 0)
+	switch {
+	case err != nil:
+		return false
+	case owner == 0 || !live:
+		return true // gone, or owned by a session that is not ours now
+	case o.basic:
+		err = basicDelete(ctx, l.conn, o.path, o.basicVersion)
+		return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion)
+	default:
+		err = deleteNode(ctx, l.conn, o.path)
+		return err == nil || errors.Is(err, zk.ErrNoNode)
+	}
 }

@@ -363,23 +363,21 @@ func (l *locker) check() error {
 }
 
 func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
-	if err := l.check(); err != nil {
-		return nil, err
-	}
-	if l.cfg.recipe == RecipeBasic {
-		return l.basicAcquire(ctx, req, false)
-	}
-	return l.fairAcquire(ctx, req, false)
+	return l.acquire(ctx, req, false)
 }
 
 func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	return l.acquire(ctx, req, true)
+}
+
+func (l *locker) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Lease, error) {
 	if err := l.check(); err != nil {
 		return nil, err
 	}
 	if l.cfg.recipe == RecipeBasic {
-		return l.basicAcquire(ctx, req, true)
+		return l.basicAcquire(ctx, req, wait)
 	}
-	return l.fairAcquire(ctx, req, true)
+	return l.fairAcquire(ctx, req, wait)
 }
 
 // parent returns the znode of name: the parent of its queue (fair) or of

@@ -109,104 +109,114 @@ func assertNoOrphans(t testing.TB, admin *zk.Conn, prefix string) {
 	}
 }
 
-func TestAcquireReleaseBothRecipes(t *testing.T) {
+// setup returns the shared server, an administrator's session on it, a
+// fresh prefix and a context that ends after d.
+func setup(t *testing.T, d time.Duration) (*testenv.Server, *zk.Conn, string, context.Context) {
+	srv := testenv.ZooKeeper(t)
+	return srv, adminConn(t, srv.Addr), testPrefix(t), testCtx(t, d)
+}
+
+// forRecipes runs f as a subtest per recipe, on the shared server, with an
+// administrator's session and a fresh prefix.
+func forRecipes(t *testing.T, f func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string)) {
 	srv := testenv.ZooKeeper(t)
 	admin := adminConn(t, srv.Addr)
 	for _, recipe := range []string{RecipeFair, RecipeBasic} {
-		t.Run(recipe, func(t *testing.T) {
-			prefix := testPrefix(t)
-			l := open(t, srv.URL, prefix, "recipe="+recipe)
-			ctx := testCtx(t, 30*time.Second)
-			var last uint64
-			for _, name := range trickyNames {
-				ls, err := l.Acquire(ctx, name, nil)
-				if err != nil {
-					t.Fatalf("acquire %q: %v", name, err)
-				}
-				if ls.Token() <= last {
-					t.Errorf("token %d after %d", ls.Token(), last)
-				}
-				last = ls.Token()
-				info, err := l.Inspect(ctx, name)
-				if err != nil || !info.Held || info.Fence != ls.Token() {
-					t.Errorf("inspect %q: %+v %v (token %d)", name, info, err, ls.Token())
-				}
-				if k := kids(t, admin, prefix, name); len(k) != 1 {
-					t.Errorf("%q: children %v, want one", name, k)
-				}
-				if err := ls.Refresh(ctx); err != nil {
-					t.Errorf("refresh %q: %v", name, err)
-				}
-				if err := ls.Release(ctx); err != nil {
-					t.Errorf("release %q: %v", name, err)
-				}
-				if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-					t.Errorf("second release: %v", err)
-				}
-			}
-			caps := l.Capabilities()
-			if !caps.SessionBound || !caps.Fencing || caps.Fair != (recipe == RecipeFair) || caps.ReleaseOnCrash != DefaultSessionTimeout {
-				t.Errorf("capabilities %+v", caps)
-			}
-			assertNoOrphans(t, admin, prefix)
-		})
+		t.Run(recipe, func(t *testing.T) { f(t, srv, admin, testPrefix(t), recipe) })
 	}
 }
 
-func TestTryAcquireAndCancelLeaveNothing(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	for _, recipe := range []string{RecipeFair, RecipeBasic} {
-		t.Run(recipe, func(t *testing.T) {
-			prefix := testPrefix(t)
-			a := open(t, srv.URL, prefix, "recipe="+recipe)
-			b := open(t, srv.URL, prefix, "recipe="+recipe)
-			ctx := testCtx(t, 30*time.Second)
-			held, err := a.Acquire(ctx, "x", &dlock.AcquireOptions{Owner: "a"})
+// expectHeld checks that l cannot take name.
+func expectHeld(t testing.TB, ctx context.Context, l *dlock.Locker, name, why string) {
+	t.Helper()
+	if _, err := l.TryAcquire(ctx, name, nil); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("%s: TryAcquire of a held lock returned %v, want ErrNotAcquired", why, err)
+	}
+}
+
+func TestAcquireReleaseBothRecipes(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		l := open(t, srv.URL, prefix, "recipe="+recipe)
+		ctx := testCtx(t, 30*time.Second)
+		var last uint64
+		for _, name := range trickyNames {
+			ls, err := l.Acquire(ctx, name, nil)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("acquire %q: %v", name, err)
 			}
-			if _, err := b.TryAcquire(ctx, "x", nil); !errors.Is(err, dlock.ErrNotAcquired) {
-				t.Fatalf("try-acquire of a held lock: %v", err)
+			if ls.Token() <= last {
+				t.Errorf("token %d after %d", ls.Token(), last)
+			}
+			last = ls.Token()
+			info, err := l.Inspect(ctx, name)
+			if err != nil || !info.Held || info.Fence != ls.Token() {
+				t.Errorf("inspect %q: %+v %v (token %d)", name, info, err, ls.Token())
+			}
+			if k := kids(t, admin, prefix, name); len(k) != 1 {
+				t.Errorf("%q: children %v, want one", name, k)
+			}
+			if err := ls.Refresh(ctx); err != nil {
+				t.Errorf("refresh %q: %v", name, err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Errorf("release %q: %v", name, err)
+			}
+			if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("second release: %v", err)
+			}
+		}
+		caps := l.Capabilities()
+		if !caps.SessionBound || !caps.Fencing || caps.Fair != (recipe == RecipeFair) || caps.ReleaseOnCrash != DefaultSessionTimeout {
+			t.Errorf("capabilities %+v", caps)
+		}
+		assertNoOrphans(t, admin, prefix)
+	})
+}
+
+func TestTryAcquireAndCancelLeaveNothing(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		a := open(t, srv.URL, prefix, "recipe="+recipe)
+		b := open(t, srv.URL, prefix, "recipe="+recipe)
+		ctx := testCtx(t, 30*time.Second)
+		held, err := a.Acquire(ctx, "x", &dlock.AcquireOptions{Owner: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectHeld(t, ctx, b, "x", "held by a")
+		if k := kids(t, admin, prefix, "x"); len(k) != 1 {
+			t.Errorf("after TryAcquire: children %v, want the holder only", k)
+		}
+		for _, d := range []time.Duration{0, time.Millisecond, 50 * time.Millisecond} {
+			cctx, cancel := context.WithTimeout(ctx, d)
+			_, err := b.Acquire(cctx, "x", nil)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("cancelled acquire: %v", err)
 			}
 			if k := kids(t, admin, prefix, "x"); len(k) != 1 {
-				t.Errorf("after TryAcquire: children %v, want the holder only", k)
+				t.Errorf("after a cancelled Acquire (%v): children %v, want the holder only", d, k)
 			}
-			for _, d := range []time.Duration{0, time.Millisecond, 50 * time.Millisecond} {
-				cctx, cancel := context.WithTimeout(ctx, d)
-				_, err := b.Acquire(cctx, "x", nil)
-				cancel()
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("cancelled acquire: %v", err)
-				}
-				if k := kids(t, admin, prefix, "x"); len(k) != 1 {
-					t.Errorf("after a cancelled Acquire (%v): children %v, want the holder only", d, k)
-				}
-			}
-			info, err := b.Inspect(ctx, "x")
-			if err != nil || !info.Held || info.Owner != "a" {
-				t.Errorf("inspect: %+v %v", info, err)
-			}
-			if err := held.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			ls, err := b.TryAcquire(ctx, "x", nil)
-			if err != nil {
-				t.Fatalf("try-acquire of a free lock: %v", err)
-			}
-			_ = ls.Release(ctx)
-			assertNoOrphans(t, admin, prefix)
-		})
-	}
+		}
+		info, err := b.Inspect(ctx, "x")
+		if err != nil || !info.Held || info.Owner != "a" {
+			t.Errorf("inspect: %+v %v", info, err)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := b.TryAcquire(ctx, "x", nil)
+		if err != nil {
+			t.Fatalf("try-acquire of a free lock: %v", err)
+		}
+		_ = ls.Release(ctx)
+		assertNoOrphans(t, admin, prefix)
+	})
 }
 
 // TestFairOrder: waiters are granted in arrival order, and every token is
 // greater than the last.
 func TestFairOrder(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	prefix := testPrefix(t)
-	ctx := testCtx(t, 60*time.Second)
+	srv, admin, prefix, ctx := setup(t, 60*time.Second)
 	holder := open(t, srv.URL, prefix, "")
 	first, err := holder.Acquire(ctx, "q", nil)
 	if err != nil {
@@ -264,121 +274,108 @@ func TestFairOrder(t *testing.T) {
 
 // TestMutualExclusion hammers one name from several Lockers (both recipes).
 func TestMutualExclusion(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	for _, recipe := range []string{RecipeFair, RecipeBasic} {
-		t.Run(recipe, func(t *testing.T) {
-			prefix := testPrefix(t)
-			ctx := testCtx(t, 60*time.Second)
-			var inside atomic.Int32
-			var grants atomic.Int32
-			var mu sync.Mutex
-			var last uint64
-			var wg sync.WaitGroup
-			for range 4 {
-				l := open(t, srv.URL, prefix, "recipe="+recipe)
-				for range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for range 15 {
-							ls, err := l.Acquire(ctx, "m", nil)
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if inside.Add(1) != 1 {
-								t.Error("two holders at once")
-							}
-							mu.Lock()
-							if ls.Token() <= last {
-								t.Errorf("token %d not above %d", ls.Token(), last)
-							}
-							last = ls.Token()
-							mu.Unlock()
-							grants.Add(1)
-							inside.Add(-1)
-							if err := ls.Release(ctx); err != nil {
-								t.Error(err)
-							}
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		ctx := testCtx(t, 60*time.Second)
+		var inside atomic.Int32
+		var grants atomic.Int32
+		var mu sync.Mutex
+		var last uint64
+		var wg sync.WaitGroup
+		for range 4 {
+			l := open(t, srv.URL, prefix, "recipe="+recipe)
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 15 {
+						ls, err := l.Acquire(ctx, "m", nil)
+						if err != nil {
+							t.Error(err)
+							return
 						}
-					}()
-				}
+						if inside.Add(1) != 1 {
+							t.Error("two holders at once")
+						}
+						mu.Lock()
+						if ls.Token() <= last {
+							t.Errorf("token %d not above %d", ls.Token(), last)
+						}
+						last = ls.Token()
+						mu.Unlock()
+						grants.Add(1)
+						inside.Add(-1)
+						if err := ls.Release(ctx); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
 			}
-			wg.Wait()
-			if grants.Load() != 4*2*15 {
-				t.Errorf("%d grants", grants.Load())
-			}
-			assertNoOrphans(t, admin, prefix)
-		})
-	}
+		}
+		wg.Wait()
+		if grants.Load() != 4*2*15 {
+			t.Errorf("%d grants", grants.Load())
+		}
+		assertNoOrphans(t, admin, prefix)
+	})
 }
 
 // TestRevokedHolder: deleting the holder's node (as an administrator would)
 // ends its lease and grants the next waiter.
 func TestRevokedHolder(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	for _, recipe := range []string{RecipeFair, RecipeBasic} {
-		t.Run(recipe, func(t *testing.T) {
-			prefix := testPrefix(t)
-			ctx := testCtx(t, 30*time.Second)
-			a := open(t, srv.URL, prefix, "recipe="+recipe)
-			b := open(t, srv.URL, prefix, "recipe="+recipe)
-			ls, err := a.Acquire(ctx, "r", nil)
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		ctx := testCtx(t, 30*time.Second)
+		a := open(t, srv.URL, prefix, "recipe="+recipe)
+		b := open(t, srv.URL, prefix, "recipe="+recipe)
+		ls, err := a.Acquire(ctx, "r", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			l2, err := b.Acquire(ctx, "r", nil)
 			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan *dlock.Lease, 1)
-			go func() {
-				l2, err := b.Acquire(ctx, "r", nil)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l2
-			}()
-			time.Sleep(100 * time.Millisecond)
-			for _, k := range kids(t, admin, prefix, "r") {
-				p := prefix + "/" + escapeName("r") + "/" + k
-				if _, st, err := admin.Get(p); err == nil && uint64(st.Czxid) == ls.Token() {
-					if err := admin.Delete(p, -1); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			select {
-			case <-ls.Done():
-				if !errors.Is(ls.Err(), dlock.ErrLockLost) {
-					t.Errorf("lease err %v", ls.Err())
-				}
-			case <-ctx.Done():
-				t.Fatal("revoked lease never ended")
-			}
-			l2 := <-got
-			if l2 == nil {
-				t.FailNow()
-			}
-			if l2.Token() <= ls.Token() {
-				t.Errorf("token %d not above %d", l2.Token(), ls.Token())
-			}
-			if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-				t.Errorf("release of a revoked lease: %v", err)
-			}
-			if err := l2.Release(ctx); err != nil {
 				t.Error(err)
 			}
-			assertNoOrphans(t, admin, prefix)
-		})
-	}
+			got <- l2
+		}()
+		time.Sleep(100 * time.Millisecond)
+		for _, k := range kids(t, admin, prefix, "r") {
+			p := prefix + "/" + escapeName("r") + "/" + k
+			if _, st, err := admin.Get(p); err == nil && uint64(st.Czxid) == ls.Token() {
+				if err := admin.Delete(p, -1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		select {
+		case <-ls.Done():
+			if !errors.Is(ls.Err(), dlock.ErrLockLost) {
+				t.Errorf("lease err %v", ls.Err())
+			}
+		case <-ctx.Done():
+			t.Fatal("revoked lease never ended")
+		}
+		l2 := <-got
+		if l2 == nil {
+			t.FailNow()
+		}
+		if l2.Token() <= ls.Token() {
+			t.Errorf("token %d not above %d", l2.Token(), ls.Token())
+		}
+		if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("release of a revoked lease: %v", err)
+		}
+		if err := l2.Release(ctx); err != nil {
+			t.Error(err)
+		}
+		assertNoOrphans(t, admin, prefix)
+	})
 }
 
 // TestOpenLocker uses a connection the test opened: Close leaves it open,
 // a revocation is noticed, and a broken session is reported.
 func TestOpenLocker(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr)
-	prefix := testPrefix(t)
-	ctx := testCtx(t, 30*time.Second)
+	srv, admin, prefix, ctx := setup(t, 30*time.Second)
 	conn, events, err := zk.Connect([]string{srv.Addr}, 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}))
 	if err != nil {
 		t.Fatal(err)
@@ -455,9 +452,7 @@ func TestDigestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Close()
-	if _, err := l2.TryAcquire(ctx, "a", nil); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("second session of the same user: %v", err)
-	}
+	expectHeld(t, ctx, l2, "a", "second session of the same user")
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
