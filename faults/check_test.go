@@ -8,7 +8,7 @@ import (
 )
 
 func lease(client int, granted, end int64, how string) *LeaseRec {
-	return &LeaseRec{Client: client, Seq: 1, Token: uint64(granted), Granted: granted, End: end, EndHow: how,
+	return &LeaseRec{Client: client, Seq: 1, Token: uint64(granted), Called: granted, Granted: granted, End: end, EndHow: how,
 		Signalled: -1, DoneAt: -1, Deadline: -1, relCall: -1}
 }
 

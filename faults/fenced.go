@@ -16,11 +16,14 @@ import (
 
 // fencedOps converts h to the conformance checker's operations. Every
 // grant that ended neither by a successful release nor by a reported loss
-// (its holder was killed, its release failed, the run ended) gets a loss
-// whose window runs from the grant to the return of the next grant: if the
-// backend is correct the lease was gone by then, and the model places the
+// (its holder was killed, its release failed, the run ended) gets a loss.
+// Its window runs from the acquire's call (the server may grant and drop a
+// lease, an eviction say, before the client hears of the grant) to the
+// moment its holder learned of the loss, or else to the return of the next
+// grant: a correct backend had dropped it by then. The model places the
 // loss anywhere in that window, so the conversion never invents a
-// violation nor hides one.
+// violation nor hides one: fencing violations (a token that goes back, a
+// stale write accepted) remain violations.
 func fencedOps(h *History) []conformance.Op {
 	var ops []conformance.Op
 	released := map[[2]int]bool{}
@@ -54,7 +57,10 @@ func fencedOps(h *History) []conformance.Op {
 		} else if i+1 < len(grants) {
 			ret = grants[i+1].Granted
 		}
-		ops = append(ops, conformance.Op{Client: l.Client, Kind: conformance.OpLost, Token: l.Token, OK: true, Call: l.Granted, Return: ret})
+		if ret >= 0 && ret < l.Called {
+			ret = l.Called // porcupine needs Call <= Return
+		}
+		ops = append(ops, conformance.Op{Client: l.Client, Kind: conformance.OpLost, Token: l.Token, OK: true, Call: l.Called, Return: ret})
 	}
 	return ops
 }

@@ -29,7 +29,10 @@ type LeaseRec struct {
 	Client int    `json:"client"`
 	Seq    int    `json:"seq"`
 	Token  uint64 `json:"token"`
-	// Granted is when the parent received the successful acquire's result.
+	// Called is when the acquire that granted it was called (the earliest
+	// the server could have granted, or then dropped, it); Granted when
+	// the parent received its result.
+	Called  int64 `json:"called"`
 	Granted int64 `json:"granted"`
 	// callHi is an upper bound of the acquire call on the parent's clock.
 	callHi int64

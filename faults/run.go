@@ -383,7 +383,7 @@ func (r *run) ret(c *client, m msg, now int64) {
 	case m.Op == "acquire" && m.OK:
 		op.Lease = m.Lease
 		l := &LeaseRec{
-			Client: c.id, Seq: m.Lease, Token: m.Token, Granted: now,
+			Client: c.id, Seq: m.Lease, Token: m.Token, Called: op.Call, Granted: now,
 			callHi: now - m.AtNS, End: -1, EndHow: "open",
 			Signalled: -1, DoneAt: -1, Deadline: -1, relCall: -1,
 		}
