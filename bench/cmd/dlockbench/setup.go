@@ -16,6 +16,7 @@ import (
 
 	// The backends dlockbench measures: every driver registers its schemes.
 	_ "github.com/dlock-go/dlock/memory"
+	_ "github.com/dlock-go/dlock/mysql"
 	_ "github.com/dlock-go/dlock/postgres"
 	_ "github.com/dlock-go/dlock/redis"
 	_ "github.com/dlock-go/dlock/zookeeper"
