@@ -320,6 +320,7 @@ func casePausedHolderFenced(c *T) {
 	if _, v := reg.Read(); v != "parent" {
 		c.Errorf("the fenced register holds %v, want the new holder's write", v)
 	}
+	c.Notef("paused holder (token %d) replaced by token %d; its write with token %d: rejected; its lease: %s", tok1, tok2, old, done)
 	c.tell(ch, "exit")
 	c.release(ls, "new holder")
 }
