@@ -172,7 +172,9 @@ func analyse(h *History, cfg Config) *Result {
 				break
 			}
 		}
-		if !found {
+		// A death too close to the end of the run to have been followed
+		// by a grant within the bound proves nothing.
+		if !found && time.Duration(h.End-e.At) > res.RecoveryBound+res.RecoverySlack {
 			res.RecoveryMissing++
 		}
 	}
