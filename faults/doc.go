@@ -31,9 +31,16 @@
 //
 // # What is checked
 //
-//   - the fenced history (grants with their tokens, register writes)
-//     with the conformance package's porcupine fenced-mutex checker:
-//     violations must be 0;
+//   - the fenced history (grants with their tokens, releases, losses,
+//     register writes) with the conformance package's porcupine
+//     fenced-mutex checker (conformance.CheckFenced; the mutex part only
+//     for backends whose Capabilities deny fencing): a history it cannot
+//     linearize counts as one violation and its visualisation is saved;
+//     violations must be 0. A lease that ended without a successful
+//     release becomes a loss the model may place anywhere from its
+//     acquire's call to the moment its holder learned of it (or, failing
+//     that, the next grant), so a token that went backwards or a stale
+//     write the register accepted are violations and nothing else is;
 //   - the raw acquire/release intervals as a plain mutex: overlapping
 //     grants are counted and the longest overlap reported, as a measured
 //     unsafe window, not as a failure;
@@ -43,13 +50,21 @@
 //     or its local deadline passed) before another holder was granted.
 //
 // Faults that a backend is documented not to survive (Redis failover and
-// eviction, Redlock keys expiring early on a majority) report their raw
-// overlaps and unsignalled losses without failing: that is what fencing
-// is for.
+// eviction, Redlock keys expiring early: a clock jump) report their fenced
+// violations, raw overlaps and unsignalled losses without failing: that
+// is what fencing is for.
+//
+// On a TTL-bound backend a lost lease counts as signalled when its local
+// deadline (Lease.Deadline) passed before the next grant: a paused process
+// cannot run the timer that closes Done, and its writes after the resume
+// are what the fenced register rejects ("writes rejected").
 //
 // # Short and long mode
 //
-// go test ./faults/ runs every backend × fault that can run here for a few
-// seconds each (TestFaults). cmd/dlockchaos runs the same suite for as long
-// as wanted and writes faults.txt, faults.json and faults.html.
+// go test -race ./faults/ runs every backend × fault that can run here for
+// a few seconds each (TestFaults: about 3.5 minutes on 2 cores, two
+// backends at a time, TTL 500ms). cmd/dlockchaos runs the same suite for
+// as long as wanted and writes faults.txt, faults.json and faults.html,
+// with every run's history (JSON) and porcupine's visualisation of each
+// history the checker rejected.
 package faults
