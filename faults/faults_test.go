@@ -63,9 +63,14 @@ func TestFaults(t *testing.T) {
 		t.Skip("no backend could run")
 	}
 	for _, r := range rep.Results {
-		for _, f := range r.Failures {
-			t.Errorf("%s × %s: %s", r.Backend, r.Fault, f)
-		}
+		t.Run(r.Backend+"/"+r.Fault, func(t *testing.T) {
+			for _, f := range r.Failures {
+				t.Error(f)
+			}
+			if r.Visualization != "" {
+				t.Logf("porcupine visualisation: %s", r.Visualization)
+			}
+		})
 	}
 }
 
