@@ -3,7 +3,7 @@
 // across machines.
 //
 //	dlock run [-url URL] [-ttl D] [-wait D | -no-wait] [-grace D] [-v] NAME -- COMMAND [ARG...]
-//	dlock status [-url URL] [-json] NAME
+//	dlock status [-url URL] [-json] [-timeout D] NAME
 //	dlock help
 //
 // "dlock run" acquires the lock NAME on the lock service at URL (-url, or
@@ -194,7 +194,7 @@ deploy job runs on only one host at a time (flock(1) across machines).
 
 Usage:
   dlock run [-url URL] [-ttl D] [-wait D | -no-wait] [-grace D] [-v] NAME -- COMMAND [ARG...]
-  dlock status [-url URL] [-json] NAME
+  dlock status [-url URL] [-json] [-timeout D] NAME
   dlock help
 
 dlock run acquires the lock NAME, runs COMMAND with DLOCK_NAME, DLOCK_TOKEN
