@@ -159,3 +159,47 @@ func TestSessionExpiryByPause(t *testing.T) {
 		assertNoOrphans(t, admin, prefix)
 	})
 }
+
+// TestLostLeaseNodeDeleted: a lease reported lost while its session in
+// fact lives on (here: the loss margin is made huge, and the connection
+// stalls for a while shorter than the session timeout) must not leave its
+// node behind to block everyone until the session ends.
+func TestLostLeaseNodeDeleted(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		px := newProxy(t, srv.Addr)
+		l := open(t, "zk://"+px.addr(), prefix, "session_timeout=4s&recipe="+recipe)
+		ctx := testCtx(t, 60*time.Second)
+		d := driverOf(l)
+		d.s.testMargin.Store(int64(3 * time.Second)) // lost after 1s of silence
+		ls, err := l.Acquire(ctx, "j", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid := d.conn.SessionID()
+		px.pause()
+		select {
+		case <-ls.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("lease not reported lost")
+		}
+		px.resume()
+		// The session survives (the stall was shorter than 4s); the node
+		// must go without anyone calling Release.
+		other := open(t, srv.URL, prefix, "recipe="+recipe)
+		l2, err := other.Acquire(ctx, "j", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.conn.SessionID(); got != sid {
+			t.Fatalf("the session did not survive (%x → %x): the test proves nothing", sid, got)
+		}
+		if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("release of the lost lease: %v", err)
+		}
+		expectHeld(t, ctx, l, "j", "the new holder keeps it")
+		if err := l2.Release(ctx); err != nil {
+			t.Error(err)
+		}
+		assertNoOrphans(t, admin, prefix)
+	})
+}
