@@ -15,6 +15,8 @@ var trickyNames = []string{
 	"zookeeper", "/zookeeper", "zookeeper/quota", "a b", "tab\there", "nul\x00byte", "\x01\x1f\x7f",
 	"\u0080\u009f", "é", "中文", "\U0001F600", "\uE000", "\uF8FF", "\uF900", "\uFFEF", "\uFFF0", "\uFFFD", "\uFFFF",
 	"_c_0123456789abcdef0123456789abcdef-lock-0000000001", "lock", strings.Repeat("x", 1024),
+	// The longest escapes: 1024 bytes that all need escaping (3072 bytes).
+	strings.Repeat("\U0001F600", 256), strings.Repeat("\x01", 1024), strings.Repeat("/", 1024),
 }
 
 // validZnodeName mirrors ZooKeeper's PathUtils.validatePath for one path
