@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +45,8 @@ type flaws struct {
 	// count: another client presenting the same Owner is granted the held
 	// lock, and the first release of either frees it.
 	ownerNoCount bool
+	// lifo: the driver claims fairness but grants the last waiter first.
+	lifo bool
 }
 
 // space is the lock server: one namespace.
@@ -52,6 +55,7 @@ type space struct {
 	locks   map[string]*entry
 	fence   map[string]uint64
 	ghosts  map[string][]time.Duration
+	stacks  map[string][]uint64 // lifo: waiters, the last arrived on top
 	seq     uint64
 	changed chan struct{} // closed (and replaced) when a lock is freed
 }
@@ -69,6 +73,7 @@ func newSpace() *space {
 		locks:   map[string]*entry{},
 		fence:   map[string]uint64{},
 		ghosts:  map[string][]time.Duration{},
+		stacks:  map[string][]uint64{},
 		changed: make(chan struct{}),
 	}
 }
@@ -119,6 +124,7 @@ var (
 
 func (d *brokenDriver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
+		Fair:           d.f.lifo,
 		Backend:        "broken",
 		Strategy:       "test",
 		Fencing:        true,
@@ -194,13 +200,30 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, req driver.Request) (driv
 func (d *brokenDriver) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
 	sp := d.sp
 	limit := time.After(30 * time.Second) // acquireIgnoresCtx must not leak forever
+	var me uint64
+	if d.f.lifo {
+		sp.mu.Lock()
+		sp.seq++
+		me = sp.seq
+		sp.stacks[req.Name] = append(sp.stacks[req.Name], me)
+		sp.mu.Unlock()
+		defer func() {
+			sp.mu.Lock()
+			sp.stacks[req.Name] = slices.DeleteFunc(sp.stacks[req.Name], func(id uint64) bool { return id == me })
+			sp.mu.Unlock()
+		}()
+	}
 	for {
 		sp.mu.Lock()
 		e := sp.currentLocked(req.Name)
-		if e == nil {
+		st := sp.stacks[req.Name]
+		if e == nil && (!d.f.lifo || st[len(st)-1] == me) {
 			ls := d.grantLocked(req)
 			sp.mu.Unlock()
 			return ls, nil
+		}
+		if e == nil {
+			e = &entry{} // not our turn: wait for a change
 		}
 		wait := sp.changed
 		var expiry <-chan time.Time

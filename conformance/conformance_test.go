@@ -36,6 +36,7 @@ func TestBrokenDriversAreCaught(t *testing.T) {
 		{name: "LossNeverSignalled", f: flaws{lossUnsignalled: true}, want: "LossSignalled"},
 		{name: "WaiterLeftBehind", f: flaws{ghostWaiter: true}, want: "AcquireHonoursContext"},
 		{name: "ReentrancyWithoutCount", f: flaws{ownerNoCount: true}, want: "Reentrancy"},
+		{name: "ClaimsFairnessGrantsLIFO", f: flaws{lifo: true}, want: "Fairness"},
 	}
 	// The suites mostly sleep: run them all at once (t.Parallel would run
 	// only GOMAXPROCS of them at a time).
