@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -43,6 +44,12 @@ type hub struct {
 	// first subscription), and whether it uses sharded pub/sub
 	// (SSUBSCRIBE).
 	open func(key string) (ps *goredis.PubSub, sharded bool)
+	// unregister removes this Locker from a name's waiter queue.
+	unregister func(ctx context.Context, k keys, id string)
+	// id names this Locker in waiter queues and wake-up channels.
+	id string
+	// tasks are unregister calls in flight.
+	tasks sync.WaitGroup
 
 	closing chan struct{}
 
@@ -64,28 +71,37 @@ type shard struct {
 
 // sub is one subscribed channel and its local waiters.
 type sub struct {
-	shards    []*shard
-	waiters   map[chan struct{}]struct{}
-	ready     chan struct{} // closed at the first confirmation
-	confirmed map[*shard]bool
-	idleSince time.Time // when the last waiter left
-	last      string    // last payload, to drop Redlock's duplicates
+	k          keys
+	registered bool // a failed attempt registered this Locker in k.queue
+	shards     []*shard
+	waiters    map[chan struct{}]struct{}
+	ready      chan struct{} // closed at the first confirmation
+	confirmed  map[*shard]bool
+	idleSince  time.Time // when the last waiter left
+	last       string    // last payload, to drop Redlock's duplicates
 }
 
-func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool)) *hub {
+func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool),
+	unregister func(context.Context, keys, string)) *hub {
 	return &hub{
-		route:   route,
-		open:    open,
-		closing: make(chan struct{}),
-		subs:    make(map[string]*sub),
-		shards:  make(map[string]*shard),
+		route:      route,
+		open:       open,
+		unregister: unregister,
+		id:         rand.Text()[:16],
+		closing:    make(chan struct{}),
+		subs:       make(map[string]*sub),
+		shards:     make(map[string]*shard),
 	}
 }
 
-// watch registers a waiter on channel and returns once the server has
-// confirmed the subscription, so that a release published after watch
-// returns reaches the waiter.
-func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+// channel is this Locker's wake-up channel for a name.
+func (h *hub) channel(k keys) string { return k.channel + ":" + h.id }
+
+// watch registers a waiter on the name of k and returns once the server
+// has confirmed the subscription to this Locker's wake-up channel, so that
+// a release published after watch returns reaches the waiter.
+func (h *hub) watch(ctx context.Context, k keys) (<-chan struct{}, func(), error) {
+	channel := h.channel(k)
 	h.mu.Lock()
 	s := h.subs[channel]
 	h.mu.Unlock()
@@ -105,6 +121,7 @@ func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, func(
 	s = h.subs[channel]
 	if s == nil {
 		s = &sub{
+			k:         k,
 			waiters:   make(map[chan struct{}]struct{}),
 			ready:     make(chan struct{}),
 			confirmed: make(map[*shard]bool),
@@ -135,6 +152,14 @@ func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, func(
 		delete(s.waiters, w)
 		if len(s.waiters) == 0 {
 			s.idleSince = time.Now()
+			if s.registered && !h.closed {
+				// The last waiter gave up (or won without a grant that
+				// cleared the registration): leave the queue, so that a
+				// release does not spend a wake-up on this Locker.
+				s.registered = false
+				h.tasks.Add(1)
+				go h.leave(s)
+			}
 		}
 		h.mu.Unlock()
 	}
@@ -157,6 +182,52 @@ func (h *hub) watch(ctx context.Context, channel string) (<-chan struct{}, func(
 	case <-h.closing:
 		stop()
 		return nil, nil, fmt.Errorf("redis: watch: %w", driver.ErrClosed)
+	}
+}
+
+// leave removes this Locker from the waiter queue of s's name, unless a
+// new waiter came meanwhile.
+func (h *hub) leave(s *sub) {
+	defer h.tasks.Done()
+	h.mu.Lock()
+	idle := len(s.waiters) == 0
+	h.mu.Unlock()
+	if !idle {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	h.unregister(ctx, s.k, h.id)
+}
+
+// registration tells acquire.lua whether to register this Locker in the
+// waiter queue of k's name: only while it has waiters on it.
+func (h *hub) registration(k keys) registration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.subs[h.channel(k)]
+	if s == nil || len(s.waiters) == 0 {
+		return registration{}
+	}
+	return registration{id: h.id, last: len(s.waiters) == 1}
+}
+
+// registered records what an attempt made with reg did to the queue: a
+// failed one registered this Locker, a granted one by the last waiter
+// removed it.
+func (h *hub) registered(k keys, reg registration, granted bool, err error) {
+	if reg.id == "" || err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[h.channel(k)]; s != nil {
+		switch {
+		case !granted:
+			s.registered = true
+		case reg.last:
+			s.registered = false
+		}
 	}
 }
 
@@ -350,5 +421,6 @@ func (h *hub) close() error {
 			<-sh.done
 		}
 	}
+	h.tasks.Wait()
 	return errors.Join(errs...)
 }

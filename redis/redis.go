@@ -110,15 +110,17 @@ var (
 
 func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locker {
 	l := &locker{client: client, owned: owned, prefix: prefix}
+	unregister := func(ctx context.Context, k keys, id string) { client.ZRem(ctx, k.queue, id) }
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		l.cluster = cc
-		l.hub = newHub(l.routeCluster, l.openCluster)
+		l.hub = newHub(l.routeCluster, l.openCluster, unregister)
 		return l
 	}
 	l.pubCmd = "PUBLISH"
 	l.hub = newHub(
 		func(context.Context, string) ([]string, error) { return []string{""}, nil },
 		func(string) (*goredis.PubSub, bool) { return client.Subscribe(context.Background()), false },
+		unregister,
 	)
 	return l
 }
@@ -208,14 +210,16 @@ func (l *locker) Close() error {
 }
 
 func (l *locker) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return l.hub.watch(ctx, keysFor(l.prefix, name).channel)
+	return l.hub.watch(ctx, keysFor(l.prefix, name))
 }
 
 func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
 	k := keysFor(l.prefix, req.Name)
 	id := rand.Text()
 	value := ownerValue(id, req.Owner)
-	granted, n, err := acquireOn(ctx, l.client, k, value, req.TTL)
+	reg := l.hub.registration(k)
+	granted, n, err := acquireOn(ctx, l.client, k, value, req.TTL, reg)
+	l.hub.registered(k, reg, granted, err)
 	if err != nil {
 		// The script may have run with its reply lost: take back what it
 		// may have set, so that nothing of the attempt blocks others.
@@ -282,8 +286,12 @@ func (ls *lease) Release(ctx context.Context) error {
 
 // acquireOn runs acquire.lua on one client. n is the token when granted,
 // the holder's PTTL in milliseconds otherwise.
-func acquireOn(ctx context.Context, c goredis.Scripter, k keys, value string, ttl time.Duration) (granted bool, n int64, err error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence}, value, millis(ttl)).Slice()
+func acquireOn(ctx context.Context, c goredis.Scripter, k keys, value string, ttl time.Duration, reg registration) (granted bool, n int64, err error) {
+	last := "0"
+	if reg.last {
+		last = "1"
+	}
+	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence, k.queue}, value, millis(ttl), reg.id, millis(regLifetime), last).Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("redis: acquire: %w", err)
 	}
@@ -310,7 +318,7 @@ func refreshOn(ctx context.Context, c goredis.Scripter, k keys, value string, tt
 // releaseOn runs release.lua on one client and reports whether it deleted
 // the key.
 func releaseOn(ctx context.Context, c goredis.Scripter, k keys, value, pubCmd, id string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.channel}, value, pubCmd, id).Int64()
+	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.queue}, value, pubCmd, id, k.channel, wakeCount).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redis: release: %w", err)
 	}

@@ -155,9 +155,10 @@ func TestLockCycle(t *testing.T) {
 }
 
 // TestWatchWakes checks the driver's Watch directly (no fallback timer
-// behind it): a release right after Watch returned must wake the watcher,
-// for a fresh name (a new subscription, which Watch must have seen
-// confirmed) and for a name watched before (a lingering subscription).
+// behind it): a waiter whose attempt failed after Watch returned is woken
+// by the holder's release, for a fresh name (a new subscription, which
+// Watch must have seen confirmed) and for a name watched before (a
+// lingering subscription).
 func TestWatchWakes(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
 		ctx := testCtx(t)
@@ -170,15 +171,18 @@ func TestWatchWakes(t *testing.T) {
 		base := uniqueName(t)
 		for i := range 40 {
 			name := base + "/" + string(rune('a'+i%20))
+			held, err := other.TryAcquire(ctx, name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls, err := other.TryAcquire(ctx, name, nil)
-			if err != nil {
-				t.Fatal(err)
+			if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
+				t.Fatalf("TryAcquire of a held lock: %v", err)
 			}
-			if err := ls.Release(ctx); err != nil {
+			if err := held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -189,6 +193,82 @@ func TestWatchWakes(t *testing.T) {
 			stop()
 		}
 	})
+}
+
+// TestWaiterQueue: a failed attempt registers its Locker while it has
+// waiters; a release wakes the two registered longest ago (not every
+// waiter); a Locker whose last waiter leaves drops out of the queue.
+func TestWaiterQueue(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target) {
+		ctx := testCtx(t)
+		name := uniqueName(t)
+		k := keysFor(DefaultPrefix, name)
+		held, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		var stops []func()
+		for range 3 {
+			w, err := openURL(ctx, tg.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			_, stop, err := w.(driver.Watcher).Watch(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stops = append(stops, stop)
+			if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
+				t.Fatal(err)
+			}
+			ids = append(ids, hubOf(w).id)
+			time.Sleep(5 * time.Millisecond) // distinct registration times
+		}
+		queue := func() string {
+			var views []string
+			for _, c := range tg.raw {
+				m, err := c.ZRange(ctx, k.queue, 0, -1).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				views = append(views, strings.Join(m, ","))
+			}
+			return strings.Join(views, " ")
+		}
+		all := func(ids ...string) string { // the same queue on every server
+			views := make([]string, len(tg.raw))
+			for i := range views {
+				views[i] = strings.Join(ids, ",")
+			}
+			return strings.Join(views, " ")
+		}
+		if got, want := queue(), all(ids...); got != want {
+			t.Fatalf("queue %q, want %q", got, want)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := queue(), all(ids[2]); got != want {
+			t.Fatalf("after a release the queue is %q, want %q (the two oldest woken)", got, want)
+		}
+		stops[2]()
+		for deadline := time.Now().Add(5 * time.Second); queue() != all(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the Locker whose waiter left is still queued: %q", queue())
+			}
+		}
+		stops[0]()
+		stops[1]()
+	})
+}
+
+func hubOf(d driver.Locker) *hub {
+	if r, ok := d.(*redlock); ok {
+		return r.hub
+	}
+	return d.(*locker).hub
 }
 
 func TestRevokedLeaseIsLost(t *testing.T) {

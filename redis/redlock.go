@@ -68,6 +68,14 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 			i, _ := strconv.Atoi(key)
 			return nodes[i].Subscribe(context.Background()), false
 		},
+		func(ctx context.Context, k keys, id string) {
+			done := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
+				return outcome{err: c.ZRem(ctx, k.queue, id).Err()}
+			})
+			for range nodes {
+				<-done
+			}
+		},
 	)
 	return r
 }
@@ -102,7 +110,7 @@ func (r *redlock) Close() error {
 }
 
 func (r *redlock) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return r.hub.watch(ctx, keysFor(r.prefix, name).channel)
+	return r.hub.watch(ctx, keysFor(r.prefix, name))
 }
 
 // drift is the clock drift margin of Redlock's validity rule, 1% of the TTL
@@ -118,10 +126,14 @@ type outcome struct {
 	err error // nil: the node answered
 }
 
-// fanout runs op on every node in parallel, each call bounded by timeout.
-// The channel is buffered for every answer, so a caller may stop reading.
+// fanout runs op on every node in parallel, each call bounded by timeout
+// but not cancelled with ctx: a request in flight runs to its answer (or
+// its timeout), so that what it did on a node is known before the key is
+// taken back there. Callers stop waiting when ctx ends. The channel is
+// buffered for every answer, so a caller may stop reading.
 func (r *redlock) fanout(ctx context.Context, timeout time.Duration, op func(ctx context.Context, c goredis.UniversalClient) outcome) <-chan outcome {
 	out := make(chan outcome, len(r.nodes))
+	ctx = context.WithoutCancel(ctx)
 	for _, c := range r.nodes {
 		go func() {
 			nctx, cancel := context.WithTimeout(ctx, timeout)
@@ -141,8 +153,9 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	k := keysFor(r.prefix, req.Name)
 	id := rand.Text()
 	value := ownerValue(id, req.Owner)
+	reg := r.hub.registration(k)
 	results := r.fanout(ctx, min(r.nodeTimeout, budget), func(ctx context.Context, c goredis.UniversalClient) outcome {
-		granted, n, err := acquireOn(ctx, c, k, value, req.TTL)
+		granted, n, err := acquireOn(ctx, c, k, value, req.TTL, reg)
 		return outcome{ok: granted, n: n, err: err}
 	})
 	n := len(r.nodes)
@@ -154,7 +167,7 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	)
 	count := func(o outcome) {
 		switch {
-		case o.err != nil && ctx.Err() == nil && isTimeout(o.err):
+		case o.err != nil && isTimeout(o.err):
 			slow++ // a node that misses its budget has not voted for us
 		case o.err != nil:
 			errs = append(errs, o.err)
@@ -168,13 +181,21 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 			}
 		}
 	}
+wait:
 	for answered < n && granted < r.quorum && answered-granted <= n-r.quorum {
-		count(<-results)
-		answered++
+		select {
+		case o := <-results:
+			count(o)
+			answered++
+		case <-ctx.Done():
+			break wait
+		}
 	}
-	if granted >= r.quorum && time.Since(start) < budget {
-		return &rlease{r: r, k: k, id: id, value: value, token: token}, nil
+	if granted >= r.quorum && ctx.Err() == nil && time.Since(start) < budget {
+		r.hub.registered(k, reg, true, nil)
+		return &rlease{r: r, k: k, id: id, value: value, token: token, late: results, nlate: n - answered}, nil
 	}
+	r.hub.registered(k, reg, false, nil)
 	// No valid quorum: wait for the answers still out (bounded by the node
 	// timeout), then take back every key this attempt may have set, with a
 	// fresh context, so that nothing of it blocks another acquirer.
@@ -213,17 +234,28 @@ func (r *redlock) releaseAll(ctx context.Context, k keys, value, pubCmd, id stri
 		ok, err := releaseOn(ctx, c, k, value, pubCmd, id)
 		return outcome{ok: ok, err: err}
 	})
+	var t tally
 	for range r.nodes {
-		switch o := <-results; {
-		case o.err != nil:
-			errs = append(errs, o.err)
-		case o.ok:
-			released++
-		default:
-			notHeld++
-		}
+		t.add(<-results)
 	}
-	return released, notHeld, errs
+	return t.ok, t.no, t.errs
+}
+
+// tally counts the nodes' answers to a refresh or a release.
+type tally struct {
+	ok, no int // done; not held (any more) by this grant
+	errs   []error
+}
+
+func (t *tally) add(o outcome) {
+	switch {
+	case o.err != nil:
+		t.errs = append(t.errs, o.err)
+	case o.ok:
+		t.ok++
+	default:
+		t.no++
+	}
 }
 
 func (r *redlock) Inspect(ctx context.Context, name string) (driver.Info, error) {
@@ -286,6 +318,11 @@ type rlease struct {
 	id    string
 	value string
 	token uint64
+	// late are the answers of the acquire that were still out when the
+	// quorum was reached; Release waits for them (bounded by the node
+	// timeout), so that it deletes what they set.
+	late  <-chan outcome
+	nlate int
 }
 
 func (ls *rlease) Token() uint64         { return ls.token }
@@ -305,35 +342,36 @@ func (ls *rlease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return outcome{ok: err == nil, err: err}
 	})
 	n := len(r.nodes)
-	var ok, notHeld, answered int
-	var errs []error
-	for answered < n && ok < r.quorum && answered-ok <= n-r.quorum {
-		o := <-results
-		answered++
-		switch {
-		case o.err != nil:
-			errs = append(errs, o.err)
-		case o.ok:
-			ok++
-		default:
-			notHeld++
+	var t tally
+wait:
+	for answered := 0; answered < n && t.ok < r.quorum && answered-t.ok <= n-r.quorum; answered++ {
+		select {
+		case o := <-results:
+			t.add(o)
+		case <-ctx.Done():
+			t.errs = append(t.errs, ctx.Err())
+			break wait
 		}
 	}
 	switch {
-	case ok >= r.quorum && time.Since(start) < budget:
+	case t.ok >= r.quorum && time.Since(start) < budget:
 		return nil
-	case ok >= r.quorum:
+	case t.ok >= r.quorum:
 		return fmt.Errorf("redis: redlock: refresh took %v, past the validity of a %v lease", time.Since(start), ttl)
-	case notHeld > n-r.quorum:
-		return fmt.Errorf("redis: redlock: refresh: %d of %d nodes no longer hold it: %w", notHeld, n, driver.ErrNotHeld)
+	case t.no > n-r.quorum:
+		return fmt.Errorf("redis: redlock: refresh: %d of %d nodes no longer hold it: %w", t.no, n, driver.ErrNotHeld)
 	}
-	return fmt.Errorf("redis: redlock: refresh: %d of %d nodes, %d needed: %w", ok, n, r.quorum, errors.Join(errs...))
+	return fmt.Errorf("redis: redlock: refresh: %d of %d nodes, %d needed: %w", t.ok, n, r.quorum, errors.Join(t.errs...))
 }
 
 // Release deletes the key on every node that still holds this grant's
 // value, and publishes the release there.
 func (ls *rlease) Release(ctx context.Context) error {
 	r := ls.r
+	for range ls.nlate {
+		<-ls.late
+	}
+	ls.nlate = 0
 	released, notHeld, errs := r.releaseAll(ctx, ls.k, ls.value, "PUBLISH", ls.id)
 	switch {
 	case released >= r.quorum:

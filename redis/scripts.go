@@ -27,19 +27,40 @@ var (
 	inspectScript = goredis.NewScript(inspectLua)
 )
 
-// keys are the Redis keys and channel of one lock name. The name sits in a
-// hash tag, so that in a Redis Cluster all three hash to one slot, which
-// the scripts need (they touch the lock key, the fence counter and the
-// channel together).
+// keys are the Redis keys and channels of one lock name. The name sits in
+// a hash tag, so that in a Redis Cluster all of them hash to one slot,
+// which the scripts need (they touch them together).
 type keys struct {
 	lock    string // <prefix>{<name>}: the owner value, with the lease's PX
 	fence   string // <prefix>{<name>}:fence: the INCR fencing counter, never expires
-	channel string // <prefix>{<name>}:rel: a release is published here
+	queue   string // <prefix>{<name>}:q: Lockers with waiters, by registration expiry
+	channel string // <prefix>{<name>}:rel: Locker L is woken on <channel>:L
 }
 
 func keysFor(prefix, name string) keys {
 	lock := prefix + "{" + escapeTag(name) + "}"
-	return keys{lock: lock, fence: lock + ":fence", channel: lock + ":rel"}
+	return keys{lock: lock, fence: lock + ":fence", queue: lock + ":q", channel: lock + ":rel"}
+}
+
+// Waiter registration: a TryAcquire that fails while its Locker has waiters
+// on the name registers the Locker in the name's queue for regLifetime; a
+// release wakes the wakeCount Lockers registered longest ago. A waiter
+// retries at least every second (the portable layer's longest wait with a
+// Watcher), renewing the registration, so 3s keeps a live waiter
+// registered and forgets a crashed one soon. Two are woken, not one, so
+// that a registration whose waiters just left does not cost the others a
+// wake-up.
+const (
+	regLifetime = 3 * time.Second
+	wakeCount   = 2
+)
+
+// registration is what acquire.lua needs to (un)register the caller's
+// Locker: its id when it has waiters on the name, and whether the caller
+// is the last of them.
+type registration struct {
+	id   string
+	last bool
 }
 
 // escapeTag makes a name safe inside a hash tag. A hash tag ends at the
