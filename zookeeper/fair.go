@@ -478,8 +478,13 @@ func (a *attempt) wait(ctx context.Context, below []queued) (driver.Lease, error
 				return nil, err
 			}
 			if ev.Type == zk.EventNodeDeleted {
-				if below, err = a.relist(ctx); err != nil {
-					return nil, err
+				below = slices.DeleteFunc(below, func(q queued) bool { return q.name == pp })
+				if len(below) > 1 {
+					// Nodes further ahead may be gone too: list again, so
+					// that only pred is left when its turn comes.
+					if below, err = a.relist(ctx); err != nil {
+						return nil, err
+					}
 				}
 			}
 		case ev := <-own:
