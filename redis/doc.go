@@ -55,9 +55,11 @@
 // A lock name is stored in a hash tag, so that in a Cluster its three keys
 // share a slot: <prefix>{<name>} holds the owner value with the lease's PX
 // expiry, <prefix>{<name>}:fence the fencing counter (INCR, no expiry: one
-// small key per name ever locked), and <prefix>{<name>}:rel is the channel
-// a release is published on. A '}' in the name is written %7D and a '%'
-// %25, so any UTF-8 name of up to 1024 bytes works.
+// small key per name ever locked), <prefix>{<name>}:q the queue of
+// Lockers waiting (only while some wait), and <prefix>{<name>}:rel:<id>
+// the channel on which a release wakes the Locker with that id. A '}' in
+// the name is written %7D and a '%' %25, so any UTF-8 name of up to 1024
+// bytes works.
 //
 // # How it works
 //
@@ -67,20 +69,29 @@
 // returns the holder's PTTL, so a waiter never sleeps past the holder's
 // expiry. The value is a random 128-bit id per grant followed by "|" and
 // the AcquireOptions.Owner (reported by Inspect). Refresh (PEXPIRE) and
-// release (DEL, then PUBLISH on the name's channel) are scripts that act
+// release (DEL, then PUBLISH to the waiters' Lockers) are scripts that act
 // only if the key still holds the grant's value: a release never frees
 // another owner's lock and a refresh never re-creates an expired one.
 //
-// Waiters are woken by pub/sub, not by polling. Each Locker has one
+// Waiters are woken by pub/sub, not by polling, and not all at once. An
+// attempt that fails while its Locker has waiters on the name registers
+// the Locker in the name's waiter queue, <prefix>{<name>}:q (a sorted set
+// whose entries last 3s unless renewed by the next failed attempt; a
+// Locker whose last waiter leaves removes itself). A release pops the two
+// Lockers registered longest ago and publishes to their own channels,
+// <prefix>{<name>}:rel:<locker id>; a woken waiter that loses the race
+// registers again, at the back. So a release costs one or two attempts,
+// not one per waiter, and waiters are served roughly in turn (not
+// strictly: a newcomer may take a free lock first). Each Locker has one
 // subscription connection (one per master with sharded pub/sub in a
 // Cluster, one per node for Redlock) that multiplexes the channels of
 // every name it waits on; Watch returns only once the server has
-// confirmed the subscription, so a release right after it is seen. A
-// channel stays subscribed for 30s after its last waiter left, so that
-// the next wait on the name costs no SUBSCRIBE. A wake-up lost to a
-// broken connection is made up for by the portable layer's fallback
-// timer (at most 1s), and every waiter is woken when the connection is
-// re-established.
+// confirmed the subscription. A channel stays subscribed for 30s after
+// its last waiter left, so that the next wait on the name costs no
+// SUBSCRIBE. A wake-up lost to a broken connection or to a registration
+// whose waiters just left is made up for by the portable layer's fallback
+// timer (at most 1s), and every waiter is woken when a subscription
+// connection is re-established.
 //
 // # Guarantees
 //
@@ -91,8 +102,9 @@
 // allkeys-* eviction policy, which may evict the counter. Replication is
 // asynchronous: a failover to a replica that had not received a grant
 // can grant the lock again; check the token at the protected resource.
-// Waiters are not served in order (Fair is false): every waiter of a name
-// is woken by a release and the first to reach the server wins. A crashed
+// Waiters are not served in strict order (Fair is false): the two
+// registered longest ago are woken by a release and the first to reach
+// the server wins, as may a newcomer. A crashed
 // holder's lock is free after its TTL. Cluster uses SSUBSCRIBE/SPUBLISH
 // on Redis 7 and later, SUBSCRIBE/PUBLISH before.
 //

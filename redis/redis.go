@@ -46,7 +46,8 @@ func init() {
 // zero field, means the default.
 type Options struct {
 	// Prefix is prepended to every key and channel the driver uses
-	// (<prefix>{<name>}, <prefix>{<name>}:fence, <prefix>{<name>}:rel).
+	// (<prefix>{<name>}, <prefix>{<name>}:fence, <prefix>{<name>}:q,
+	// <prefix>{<name>}:rel:<locker id>).
 	// Default DefaultPrefix, "dlock:". It must not contain '{' or '}'.
 	Prefix string
 	// NodeTimeout bounds each request to one Redlock node (OpenRedlock
@@ -187,11 +188,11 @@ func (l *locker) Capabilities() driver.Capabilities {
 		Fair:                 false,
 		Wait:                 driver.WaitNotify,
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
-		Notes:                "SET NX PX + Lua (EVALSHA); waiters woken by pub/sub on release, in no particular order; a failover to an asynchronous replica can lose a lock",
+		Notes:                "SET NX PX + Lua (EVALSHA); a release wakes by pub/sub the two Lockers queued longest (roughly in turn, not strictly fair); a failover to an asynchronous replica can lose a lock",
 	}
 	if l.cluster != nil {
 		c.Strategy = "cluster"
-		c.Notes = "SET NX PX + Lua (EVALSHA), keys hash-tagged to one slot; waiters woken by sharded pub/sub (SPUBLISH) on release, in no particular order; a failover to an asynchronous replica can lose a lock"
+		c.Notes = "SET NX PX + Lua (EVALSHA), keys hash-tagged to one slot; a release wakes by sharded pub/sub (SPUBLISH) the two Lockers queued longest (roughly in turn, not strictly fair); a failover to an asynchronous replica can lose a lock"
 	}
 	return c
 }
