@@ -303,17 +303,22 @@ func (l *locker) addOrphan(o orphan) {
 	}
 }
 
-// janitor deletes orphans until done, retrying every 200ms while the
-// connection is down.
+// janitor deletes orphans as they come, retrying every 200ms those it
+// could not delete yet (the connection is down); idle, it sleeps.
 func (l *locker) janitor() {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
 	for {
+		l.jmu.Lock()
+		pending := len(l.orphans) > 0
+		l.jmu.Unlock()
+		var retry <-chan time.Time
+		if pending {
+			retry = time.After(200 * time.Millisecond)
+		}
 		select {
 		case <-l.done:
 			return
 		case <-l.jwake:
-		case <-t.C:
+		case <-retry:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		l.sweep(ctx)
