@@ -52,8 +52,8 @@
 //
 // # Keys
 //
-// A lock name is stored in a hash tag, so that in a Cluster its three keys
-// share a slot: <prefix>{<name>} holds the owner value with the lease's PX
+// A lock name is stored in a hash tag, so that in a Cluster its keys and
+// channels share a slot: <prefix>{<name>} holds the owner value with the lease's PX
 // expiry, <prefix>{<name>}:fence the fencing counter (INCR, no expiry: one
 // small key per name ever locked), <prefix>{<name>}:q the queue of
 // Lockers waiting (only while some wait), and <prefix>{<name>}:rel:<id>
