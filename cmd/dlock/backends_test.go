@@ -512,15 +512,20 @@ func testLostLeaseKillsAfterGrace(t *testing.T, f *fixture) {
 	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=ignore"}, "-ttl", f.b.ttl.String(), "-grace", grace.String())
 	pid := p.waitStarted(t, ctx, dir, "job")
 	f.b.revoke(t, ctx, f.srv, name)
-	sigFile := filepath.Join(dir, "sig.job")
-	waitFile(t, ctx, sigFile)
-	termAt := time.Now()
 	code := p.wait(t, time.Until(deadline(ctx)))
+	exitedAt := time.Now() // at or after dlock's exit
 	if code != exitLost {
 		t.Fatalf("status %d, want %d (lost); stderr %q", code, exitLost, p.stderr)
 	}
-	if d := time.Since(termAt); d < grace-50*time.Millisecond {
-		t.Errorf("killed %v after SIGTERM, want at least -grace %v", d, grace)
+	// The job recorded when it got SIGTERM (at or after it was sent); the
+	// SIGKILL came -grace after the send. Half the grace absorbs the job's
+	// own delay on a loaded machine and still catches a SIGKILL sent at once.
+	termNanos, err := strconv.ParseInt(strings.TrimSpace(readFile(filepath.Join(dir, "sigtime.job"))), 10, 64)
+	if err != nil {
+		t.Fatalf("COMMAND did not record a SIGTERM: %v", err)
+	}
+	if d := exitedAt.Sub(time.Unix(0, termNanos)); d < grace/2 {
+		t.Errorf("killed %v after SIGTERM, want about -grace %v", d, grace)
 	}
 	if !strings.Contains(p.stderr.String(), "sending SIGKILL") {
 		t.Errorf("stderr = %q, want it to say SIGKILL was sent", p.stderr)

@@ -119,6 +119,7 @@ func jobMain() int {
 			}
 		case sig := <-sigs:
 			record("sig."+id, sig.String())
+			record("sigtime."+id, strconv.FormatInt(time.Now().UnixNano(), 10))
 			if sig != syscall.SIGINT && sig != syscall.SIGTERM {
 				continue // USR1, USR2, HUP: recorded only
 			}
