@@ -152,14 +152,7 @@ func (h *hub) watch(ctx context.Context, k keys) (<-chan struct{}, func(), error
 		delete(s.waiters, w)
 		if len(s.waiters) == 0 {
 			s.idleSince = time.Now()
-			if s.registered && !h.closed {
-				// The last waiter gave up (or won without a grant that
-				// cleared the registration): leave the queue, so that a
-				// release does not spend a wake-up on this Locker.
-				s.registered = false
-				h.tasks.Add(1)
-				go h.leave(s)
-			}
+			h.leaveIfIdleLocked(s)
 		}
 		h.mu.Unlock()
 	}
@@ -182,6 +175,18 @@ func (h *hub) watch(ctx context.Context, k keys) (<-chan struct{}, func(), error
 	case <-h.closing:
 		stop()
 		return nil, nil, fmt.Errorf("redis: watch: %w", driver.ErrClosed)
+	}
+}
+
+// leaveIfIdleLocked starts leave when s's name has no waiter left but the
+// queue may still hold this Locker (the last waiter gave up, or won
+// without a grant that cleared the registration), so that a release does
+// not spend a wake-up on it. Called with h.mu held.
+func (h *hub) leaveIfIdleLocked(s *sub) {
+	if s.registered && len(s.waiters) == 0 && !h.closed {
+		s.registered = false
+		h.tasks.Add(1)
+		go h.leave(s)
 	}
 }
 
@@ -213,21 +218,24 @@ func (h *hub) registration(k keys) registration {
 }
 
 // registered records what an attempt made with reg did to the queue: a
-// failed one registered this Locker, a granted one by the last waiter
-// removed it.
+// failed one registered this Locker (one that returned an error may have),
+// a granted one by the last waiter removed it.
 func (h *hub) registered(k keys, reg registration, granted bool, err error) {
-	if reg.id == "" || err != nil {
+	if reg.id == "" {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.subs[h.channel(k)]; s != nil {
-		switch {
-		case !granted:
-			s.registered = true
-		case reg.last:
-			s.registered = false
-		}
+	s := h.subs[h.channel(k)]
+	if s == nil {
+		return
+	}
+	switch {
+	case err != nil || !granted:
+		s.registered = true
+		h.leaveIfIdleLocked(s) // the waiters may have left meanwhile
+	case reg.last:
+		s.registered = false
 	}
 }
 
