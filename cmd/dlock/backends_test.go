@@ -16,10 +16,11 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -37,19 +38,19 @@ type backend struct {
 	ttl time.Duration
 	// revoke drops the current lease of name behind its holder's back, as
 	// the server would (the fault hook of the lost-lease case).
-	revoke func(t *testing.T, ctx context.Context, s *testenv.Server, name string)
+	revoke func(t *testing.T, ctx context.Context, f *fixture, name string)
 }
 
-var backends = []backend{
+var keyValueBackends = []backend{
 	{
 		name:   "redis",
 		scheme: "redis",
 		server: func(t *testing.T) *testenv.Server { return testenv.Redis(t) },
 		url:    func(s *testenv.Server) string { return s.URL },
 		ttl:    2 * time.Second,
-		revoke: func(t *testing.T, ctx context.Context, s *testenv.Server, name string) {
+		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
 			// The redis driver's documented key layout: <prefix>{<name>}.
-			n, err := testenv.RedisDo(ctx, s.Addr, "DEL", "dlock:{"+name+"}")
+			n, err := testenv.RedisDo(ctx, f.srv.Addr, "DEL", "dlock:{"+name+"}")
 			if err != nil || n != int64(1) {
 				t.Fatalf("revoke: DEL dlock:{%s} = %v, %v; want 1 (key layout changed?)", name, n, err)
 			}
@@ -62,10 +63,10 @@ var backends = []backend{
 		// A 2s session: a crashed holder's node goes 2s after its last ping.
 		url: func(s *testenv.Server) string { return s.URL + "/dlock?session_timeout=2s" },
 		ttl: 2 * time.Second,
-		revoke: func(t *testing.T, ctx context.Context, s *testenv.Server, name string) {
+		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
 			// Delete the holder's node, as an administrator would: the
 			// zookeeper driver documents /prefix/<escaped name>/<child>.
-			c, _, err := zk.Connect(strings.Split(s.DSN, ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+			c, _, err := zk.Connect(strings.Split(f.srv.DSN, ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,39 +83,52 @@ var backends = []backend{
 			}
 		},
 	},
-	{
-		name:   "postgres",
-		scheme: "postgres",
-		server: func(t *testing.T) *testenv.Server { return testenv.Postgres(t) },
-		url:    func(s *testenv.Server) string { return s.URL }, // strategy=forupdate, the default
-		ttl:    2 * time.Second,
-		revoke: terminatePostgres,
-	},
-	{
-		name:   "postgres-advisory",
-		scheme: "postgres",
-		server: func(t *testing.T) *testenv.Server { return testenv.Postgres(t) },
-		url:    func(s *testenv.Server) string { return s.URL + "&strategy=advisory" },
-		ttl:    2 * time.Second,
-		revoke: terminatePostgres,
-	},
 }
 
-// terminatePostgres ends the holder's connection on the server: the tests
-// of this binary run one at a time, so every other client connection to
-// the database belongs to the dlock under test.
-func terminatePostgres(t *testing.T, ctx context.Context, s *testenv.Server, _ string) {
-	c, err := pgx.Connect(ctx, s.DSN)
-	if err != nil {
-		t.Fatal(err)
+// backends are the ones above and each SQL backend with each strategy:
+// forupdate (the default: a row lock in an open transaction), the native
+// lock (an advisory lock, GET_LOCK), both held by a connection, and version
+// (a lease row with a server-side expiry).
+var backends = slices.Concat(keyValueBackends,
+	sqlBackends("postgres", testenv.Postgres, "forupdate", "advisory", "version"))
+
+func sqlBackends(scheme string, server func(testing.TB) *testenv.Server, strategies ...string) []backend {
+	var out []backend
+	for i, strategy := range strategies {
+		b := backend{
+			name:   scheme + "-" + strategy,
+			scheme: scheme,
+			server: func(t *testing.T) *testenv.Server { return server(t) },
+			url:    func(s *testenv.Server) string { return withParam(s.URL, "strategy="+strategy) },
+			ttl:    2 * time.Second,
+			revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
+				// The SQL drivers' own fault hook: it ends the holder's
+				// session (pg_terminate_backend, KILL) or, for version,
+				// expires the lease row.
+				h, err := sqltest.Maker(f.url, f.srv.Addr, strategy)(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer h.Close()
+				if err := h.(conformance.Revoker).Revoke(ctx, name); err != nil {
+					t.Fatalf("revoke: %v", err)
+				}
+			},
+		}
+		if i == 0 {
+			b.url = func(s *testenv.Server) string { return s.URL } // the default strategy
+		}
+		out = append(out, b)
 	}
-	defer c.Close(context.WithoutCancel(ctx))
-	var n int
-	err = c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n)
-	if err != nil || n == 0 {
-		t.Fatalf("revoke: pg_terminate_backend: %d connections, %v", n, err)
+	return out
+}
+
+// withParam adds a query parameter to a URL.
+func withParam(u, kv string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + kv
 	}
+	return u + "?" + kv
 }
 
 type quietZK struct{}
@@ -480,7 +494,7 @@ func testLostLeaseTerminates(t *testing.T, f *fixture) {
 	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=exit"}, "-ttl", f.b.ttl.String(), "-grace", "20s")
 	p.waitStarted(t, ctx, dir, "job")
 	t0 := time.Now()
-	f.b.revoke(t, ctx, f.srv, name)
+	f.b.revoke(t, ctx, f, name)
 	code := p.wait(t, time.Until(deadline(ctx)))
 	elapsed := time.Since(t0)
 	if code != exitLost {
@@ -511,7 +525,7 @@ func testLostLeaseKillsAfterGrace(t *testing.T, f *fixture) {
 	const grace = 700 * time.Millisecond
 	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=ignore"}, "-ttl", f.b.ttl.String(), "-grace", grace.String())
 	pid := p.waitStarted(t, ctx, dir, "job")
-	f.b.revoke(t, ctx, f.srv, name)
+	f.b.revoke(t, ctx, f, name)
 	code := p.wait(t, time.Until(deadline(ctx)))
 	exitedAt := time.Now() // at or after dlock's exit
 	if code != exitLost {
