@@ -47,6 +47,10 @@ type flaws struct {
 	ownerNoCount bool
 	// lifo: the driver claims fairness but grants the last waiter first.
 	lifo bool
+	// lazyOrphan: an attempt that finds the holder expired (before any
+	// timer did) grants the lock into a record the server has just
+	// deleted, so the next attempt is granted it again.
+	lazyOrphan bool
 }
 
 // space is the lock server: one namespace.
@@ -170,9 +174,13 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, req driver.Request) (driv
 			return nil, err
 		}
 		sp.mu.Lock()
+		stale := sp.locks[req.Name] != nil
 		e := sp.currentLocked(req.Name)
 		if e == nil {
 			ls := d.grantLocked(req)
+			if stale && d.f.lazyOrphan {
+				delete(sp.locks, req.Name)
+			}
 			sp.mu.Unlock()
 			return ls, nil
 		}
@@ -181,12 +189,12 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, req driver.Request) (driv
 			return d.leaseOf(req.Name, e), nil
 		}
 		wait := sp.changed
-		retry := time.Until(e.expires)
+		var retry time.Duration
+		if !e.expires.IsZero() {
+			retry = time.Until(e.expires)
+		}
 		sp.mu.Unlock()
 		if !d.f.tryWaits {
-			if e.expires.IsZero() {
-				retry = 0
-			}
 			return nil, &driver.NotAcquiredError{RetryAfter: retry}
 		}
 		select {

@@ -31,6 +31,13 @@ func needFencing(c *T) string {
 	return ""
 }
 
+func needTTLExpiry(c *T) string {
+	if c.caps.SessionBound {
+		return "session-bound backend: a lease lives as long as its session, not a server-side TTL"
+	}
+	return ""
+}
+
 func needFair(c *T) string {
 	if !c.caps.Fair {
 		return "the backend does not promise fairness (Capabilities.Fair is false)"
@@ -68,6 +75,9 @@ var cases = []testCase{
 	{"KeepAlive",
 		"With keep-alive a lease stays held for 5 × TTL without an explicit refresh; with NoKeepAlive it expires on the server after its TTL and another client gets it within the TTL plus the waiter's notice bound.",
 		nil, caseKeepAlive},
+	{"ExpiryHandOver",
+		"When an unrefreshed lease expires, exactly one other client gets the lock: a client polling with TryAcquire around the expiry is granted it no earlier than the holder's lease deadline and within the TTL plus slack, and a third client is then excluded.",
+		[]need{needTTLExpiry}, caseExpiryHandOver},
 	{"FencingMonotonic",
 		"Fencing tokens strictly increase across successive holders of a name: across lockers, across Acquire and TryAcquire, across expiry or revocation, and across a server restart where the backend keeps them.",
 		[]need{needFencing}, caseFencing},
@@ -562,6 +572,53 @@ func caseKeepAlive(c *T) {
 	}
 	c.Notef("NoKeepAlive lease taken over %v after its grant (TTL %v)", el, c.ttl())
 	c.release(r.ls, "new holder")
+}
+
+func caseExpiryHandOver(c *T) {
+	a, b, o := c.Locker(), c.Locker(), c.Locker()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		name := c.Name(fmt.Sprintf("handover%d", i))
+		ls := c.mustTry(a, name, c.noKeepAlive())
+		wg.Go(func() { c.handOver(ls, b, o, name) })
+	}
+	wg.Wait()
+}
+
+// handOver polls name with TryAcquire from b around the expiry of ls
+// (tightly from shortly before the holder's deadline, where a server that
+// expires lazily must hand over exactly once), then checks that o is
+// excluded.
+func (c *T) handOver(ls *dlock.Lease, b, o *dlock.Locker, name string) {
+	dl, _ := ls.Deadline()
+	limit := dl.Add(c.expiryNotice())
+	time.Sleep(time.Until(dl) - 20*time.Millisecond - 2*c.rtt)
+	spinUntil := dl.Add(c.fast())
+	for {
+		ctx, cancel := c.quick()
+		g, err := b.TryAcquire(ctx, name, c.opts())
+		cancel()
+		now := time.Now()
+		if err == nil {
+			if now.Before(dl) {
+				c.Errorf("another client was granted %q %v before the holder's lease deadline", name, dl.Sub(now))
+			}
+			c.expectHeld(o, name, "right after another client took over an expired lease")
+			c.release(g, "new holder")
+			return
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			c.Errorf("TryAcquire of %q around its holder's expiry: %v", name, err)
+			return
+		}
+		if now.After(limit) {
+			c.Errorf("the expired lease of %q was not handed over within %v of its deadline", name, c.expiryNotice())
+			return
+		}
+		if now.After(spinUntil) {
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
 func caseFencing(c *T) {

@@ -36,6 +36,7 @@ func TestBrokenDriversAreCaught(t *testing.T) {
 		{name: "LossNeverSignalled", f: flaws{lossUnsignalled: true}, want: "LossSignalled"},
 		{name: "WaiterLeftBehind", f: flaws{ghostWaiter: true}, want: "AcquireHonoursContext"},
 		{name: "ReentrancyWithoutCount", f: flaws{ownerNoCount: true}, want: "Reentrancy"},
+		{name: "LazyExpiryGrantsTwice", f: flaws{lazyOrphan: true}, want: "ExpiryHandOver"},
 		{name: "ClaimsFairnessGrantsLIFO", f: flaws{lifo: true}, want: "Fairness"},
 	}
 	// The suites mostly sleep: run them all at once (t.Parallel would run
@@ -45,7 +46,10 @@ func TestBrokenDriversAreCaught(t *testing.T) {
 	dir := t.TempDir()
 	for _, b := range all {
 		b.err = make(chan error, 1)
-		go func() { b.err <- conformance.Check(ctx, brokenMaker(b.f), conformance.WithReportDir(dir)) }()
+		// A short TTL: a flaw fails its case whatever the timing.
+		go func() {
+			b.err <- conformance.Check(ctx, brokenMaker(b.f), conformance.WithTTL(500*time.Millisecond), conformance.WithReportDir(dir))
+		}()
 	}
 	for _, b := range all {
 		t.Run(b.name, func(t *testing.T) {

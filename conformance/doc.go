@@ -41,7 +41,7 @@
 // backends, its 1s fallback timer for notified waiters that must notice
 // an expiry nobody announced, the lease TTL or ReleaseOnCrash for a dead
 // holder. Safety checks (overlaps, tokens, a freed lock of a new holder)
-// have no slack. The base TTL is short (WithTTL, 500ms by default), so the
+// have no slack. The base TTL is short (WithTTL, 1s by default), so the
 // suite takes well under a minute on a real backend.
 //
 // # Cross-process cases
@@ -96,6 +96,10 @@
 //     explicit refresh; with NoKeepAlive it expires on the server after its
 //     TTL and another client gets it within the TTL plus the waiter's notice
 //     bound.
+//   - ExpiryHandOver: When an unrefreshed lease expires, exactly one other
+//     client gets the lock: a client polling with TryAcquire around the expiry
+//     is granted it no earlier than the holder's lease deadline and within the
+//     TTL plus slack, and a third client is then excluded.
 //   - FencingMonotonic: Fencing tokens strictly increase across successive
 //     holders of a name: across lockers, across Acquire and TryAcquire, across
 //     expiry or revocation, and across a server restart where the backend

@@ -83,7 +83,7 @@ type config struct {
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		ttl:    500 * time.Millisecond,
+		ttl:    time.Second,
 		slack:  250 * time.Millisecond,
 		rounds: 4,
 		skip:   map[string]string{},
@@ -97,10 +97,12 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// WithTTL sets the base lease length of the suite (default 500ms). Cases
+// WithTTL sets the base lease length of the suite (default 1s). Cases
 // hold locks for small multiples of it (KeepAlive holds for 5×TTL), so
 // it sets the suite's run time; it must be long enough for a keep-alive
-// refresh (every TTL/3) to reach the server reliably.
+// refresh (every TTL/3) to reach the server reliably on a loaded machine
+// (with 500ms, a keep-alive starved for 330ms by a busy 2-core machine
+// under -race loses its lease).
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithSlack sets the fixed allowance added to every timing bound (default
