@@ -351,3 +351,27 @@ func TestReportsNeverHoldPasswords(t *testing.T) {
 		}
 	}
 }
+
+// stuckLock grants its warm-up names, then blocks in Acquire ignoring
+// both its context and Close: the run must end with an error, not hang.
+type stuckLock struct{ unsafeLock }
+
+func (stuckLock) Acquire(ctx context.Context, name string) (Held, error) {
+	if strings.Contains(name, "-w") {
+		return unsafeHeld{}, nil
+	}
+	select {} // never returns
+}
+
+func TestRunGivesUpOnStuckClients(t *testing.T) {
+	old := stopGrace
+	stopGrace = 100 * time.Millisecond
+	defer func() { stopGrace = old }()
+	openers["test-stuck"] = func(ctx context.Context, t Target) (Client, error) { return stuckLock{}, nil }
+	tg := Target{Name: "stuck", Kind: KindPeer, Impl: "test-stuck", Backend: "test"}
+	w := Workload{Kind: Handoff, Clients: 2, Names: 1, Duration: 50 * time.Millisecond}
+	_, err := (&Runner{}).Run(ctxT(t, time.Minute), tg, w, nil)
+	if err == nil || !strings.Contains(err.Error(), "still in acquire") {
+		t.Fatalf("Run = %v, want an error about stuck clients", err)
+	}
+}

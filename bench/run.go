@@ -106,18 +106,44 @@ func warmUp(ctx context.Context, c Client, name string, d time.Duration) error {
 }
 
 // stopGrace is how long clients may take to notice the end of a run
-// before their connections are closed under them.
-const stopGrace = 5 * time.Second
+// before their connections are closed under them, and then again before
+// they are given up as stuck. connectTimeout bounds connecting and warming
+// up all the clients of a part.
+var (
+	stopGrace      = 5 * time.Second // a variable for tests
+	connectTimeout = time.Minute
+)
+
+// waitDone waits for done, at most d; it reports whether done closed.
+func waitDone(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// goDone runs wg.Wait in a goroutine and closes the returned channel.
+func goDone(wg *sync.WaitGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
 
 func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, error) {
 	clients := make([]Client, p.Count)
 	errs := make([]error, p.Count)
 	var wg sync.WaitGroup
+	cctx, ccancel := context.WithTimeout(ctx, connectTimeout)
+	defer ccancel()
 	for i := range clients {
 		wg.Go(func() {
-			c, err := Open(ctx, p.Target)
+			c, err := Open(cctx, p.Target)
 			if err == nil {
-				if err = warmUp(ctx, c, fmt.Sprintf("%s-w%d", p.Prefix, p.First+i), p.Workload.Duration/10); err != nil {
+				if err = warmUp(cctx, c, fmt.Sprintf("%s-w%d", p.Prefix, p.First+i), p.Workload.Duration/10); err != nil {
 					c.Close()
 					c = nil
 				}
@@ -125,7 +151,11 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 			clients[i], errs[i] = c, err
 		})
 	}
-	wg.Wait()
+	if !waitDone(goDone(&wg), connectTimeout+stopGrace) {
+		// A client ignores its context: give the part up (its goroutines
+		// are abandoned; the connections that did open are left to them).
+		return nil, fmt.Errorf("bench: %s: connecting and warming up %d clients did not end within %v", p.Target.Name, p.Count, connectTimeout+stopGrace)
+	}
 	closeAll := func() {
 		for _, c := range clients {
 			if c != nil {
@@ -135,7 +165,7 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 	}
 	if err := errors.Join(errs...); err != nil {
 		closeAll()
-		return nil, fmt.Errorf("bench: %s: connect: %w", p.Target.Name, err)
+		return nil, fmt.Errorf("bench: %s: connect and warm up: %w", p.Target.Name, err)
 	}
 	hk.ready()
 	select {
@@ -150,7 +180,6 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 	defer cancel()
 	names := p.names()
 	stats := make([]*clientStats, p.Count)
-	loopsDone := make(chan struct{})
 	for i, c := range clients {
 		stats[i] = &clientStats{acq: newHist(), rel: newHist(), handoff: newHist()}
 		wg.Go(func() {
@@ -158,14 +187,15 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 			p.loop(rctx, c, fencing(c), chk, names, stats[i], rng, start)
 		})
 	}
-	go func() { wg.Wait(); close(loopsDone) }()
+	loopsDone := goDone(&wg)
 	<-rctx.Done()
 	elapsed := Now() - start
-	select {
-	case <-loopsDone:
-	case <-time.After(stopGrace):
+	if !waitDone(loopsDone, stopGrace) {
 		closeAll() // unblocks waiters that ignore their context
-		<-loopsDone
+		if !waitDone(loopsDone, stopGrace) {
+			hk.stopped()
+			return nil, fmt.Errorf("bench: %s: clients still in acquire or release %v after the end of the run, even with their connections closed", p.Target.Name, 2*stopGrace)
+		}
 	}
 	hk.stopped()
 	closeAll()
