@@ -233,6 +233,10 @@ func TestBackends(t *testing.T) {
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			// Backends run side by side (-parallel, GOMAXPROCS by default):
+			// every case uses its own lock names and every fault hook hits
+			// only the holder of its name.
+			t.Parallel()
 			if !slices.Contains(dlock.Schemes(), b.scheme) {
 				t.Fatalf("scheme %s is not compiled into dlock (drivers.go)", b.scheme)
 			}
