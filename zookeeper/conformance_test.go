@@ -196,7 +196,8 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// TestConformanceEnsemble runs the suite on a 3-node ensemble.
+// TestConformanceEnsemble runs the suite on a 3-node ensemble, for both
+// recipes.
 func TestConformanceEnsemble(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node ensemble")
@@ -207,5 +208,7 @@ func TestConformanceEnsemble(t *testing.T) {
 		once.Do(func() { e = testenv.ZooKeeperEnsemble(t, 3) })
 		return e.Addrs
 	}
-	runConformance(t, get, RecipeFair, nil)
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		t.Run(recipe, func(t *testing.T) { runConformance(t, get, recipe, nil) })
+	}
 }
