@@ -21,10 +21,11 @@
 // from a terminal. If the lease is lost while COMMAND runs (the server
 // expired or revoked it, the session or connection broke), dlock sends
 // SIGTERM to COMMAND's process group, SIGKILL after -grace, and exits with
-// status 76. If dlock itself dies (SIGKILL), the kernel kills COMMAND (on
-// Linux) and the lock service frees the lock within its bound: the lease's
-// TTL for Redis, the session timeout for ZooKeeper, at once for SQL
-// connection locks.
+// status 76. If dlock itself dies (SIGKILL), the kernel kills COMMAND's
+// process with SIGKILL (on Linux; processes COMMAND started survive it) and
+// the lock service frees the lock within its bound: the lease's TTL for
+// Redis and for the SQL version strategy, the session timeout for
+// ZooKeeper, at once for SQL connection locks.
 //
 // "dlock status" prints whether NAME is held and, where the backend can
 // say, by which owner (host/pid of the dlock that holds it), for how much
