@@ -18,27 +18,27 @@ type testCase struct {
 	name  string
 	rule  string
 	needs []need
-	f     func(c *T)
+	f     func(c *caseT)
 }
 
 // need returns why a case cannot run on this backend ("" when it can).
-type need func(c *T) string
+type need func(c *caseT) string
 
-func needFencing(c *T) string {
+func needFencing(c *caseT) string {
 	if !c.caps.Fencing {
 		return fmt.Sprintf("the backend does not promise fencing tokens (%s)", c.caps.FencingNote)
 	}
 	return ""
 }
 
-func needTTLExpiry(c *T) string {
+func needTTLExpiry(c *caseT) string {
 	if c.caps.SessionBound {
 		return "session-bound backend: a lease lives as long as its session, not a server-side TTL"
 	}
 	return ""
 }
 
-func needFair(c *T) string {
+func needFair(c *caseT) string {
 	if !c.caps.Fair {
 		return "the backend does not promise fairness (Capabilities.Fair is false)"
 	}
@@ -104,7 +104,7 @@ var cases = []testCase{
 		nil, caseClose},
 }
 
-func caseTryAcquireHeld(c *T) {
+func caseTryAcquireHeld(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	name := c.Name("held")
 	ls := c.mustTry(a, name, c.opts())
@@ -140,7 +140,7 @@ func caseTryAcquireHeld(c *T) {
 	c.expectFree(b, name, "after the holder released")
 }
 
-func caseAcquireWakes(c *T) {
+func caseAcquireWakes(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	name := c.Name("wake")
 	var ds []time.Duration
@@ -171,7 +171,7 @@ func caseAcquireWakes(c *T) {
 	c.Notef("release → waiter's grant: %v", ds)
 }
 
-func caseAcquireHonoursContext(c *T) {
+func caseAcquireHonoursContext(c *caseT) {
 	a, w, n := c.Locker(), c.Locker(), c.Locker()
 	name := c.Name("ctx")
 	ls := c.mustTry(a, name, c.opts())
@@ -254,7 +254,7 @@ func caseAcquireHonoursContext(c *T) {
 	c.release(r.ls, "next acquirer")
 }
 
-func caseMutualExclusion(c *T) {
+func caseMutualExclusion(c *caseT) {
 	const nLockers, nGoroutines = 8, 8
 	rounds := c.cfg.rounds
 	lockers := make([]*dlock.Locker, nLockers)
@@ -329,7 +329,7 @@ func caseMutualExclusion(c *T) {
 	c.Notef("%d critical sections on %d lockers × %d goroutines", grants.Load(), nLockers, nGoroutines)
 }
 
-func caseOneWinner(c *T) {
+func caseOneWinner(c *caseT) {
 	const n, nLockers = 100, 10
 	lockers := make([]*dlock.Locker, nLockers)
 	for i := range lockers {
@@ -375,7 +375,7 @@ func caseOneWinner(c *T) {
 	}
 }
 
-func caseIndependentNames(c *T) {
+func caseIndependentNames(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	base := c.Name("p")
 	ls := c.mustTry(a, base, c.opts())
@@ -416,7 +416,7 @@ func caseIndependentNames(c *T) {
 // its TTL run out (ls must not be kept alive) or, on a session-bound
 // backend, through the harness's Revoker. It returns a description, or ""
 // when neither is possible.
-func (c *T) dropLease(name string) string {
+func (c *caseT) dropLease(name string) string {
 	if !c.caps.SessionBound {
 		return "expiry"
 	}
@@ -431,7 +431,7 @@ func (c *T) dropLease(name string) string {
 
 // takeOver acquires name from l once the server has dropped the previous
 // holder (by expiry or revocation).
-func (c *T) takeOver(l *dlock.Locker, name, how string) acq {
+func (c *caseT) takeOver(l *dlock.Locker, name, how string) acq {
 	bound := c.expiryNotice()
 	if how == "expiry" {
 		bound += c.ttl()
@@ -445,7 +445,7 @@ func (c *T) takeOver(l *dlock.Locker, name, how string) acq {
 	return r
 }
 
-func caseReleaseSemantics(c *T) {
+func caseReleaseSemantics(c *caseT) {
 	a, b, o := c.Locker(), c.Locker(), c.Locker()
 	name := c.Name("rel")
 	ls := c.mustTry(a, name, c.opts())
@@ -480,7 +480,7 @@ func caseReleaseSemantics(c *T) {
 	c.release(r.ls, "new holder")
 }
 
-func caseRefreshSemantics(c *T) {
+func caseRefreshSemantics(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	name := c.Name("refresh")
 	ls := c.mustTry(a, name, c.noKeepAlive())
@@ -539,7 +539,7 @@ func caseRefreshSemantics(c *T) {
 	}
 }
 
-func caseKeepAlive(c *T) {
+func caseKeepAlive(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	name := c.Name("alive")
 	ls := c.mustTry(a, name, c.opts())
@@ -574,7 +574,7 @@ func caseKeepAlive(c *T) {
 	c.release(r.ls, "new holder")
 }
 
-func caseExpiryHandOver(c *T) {
+func caseExpiryHandOver(c *caseT) {
 	a, b, o := c.Locker(), c.Locker(), c.Locker()
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -589,7 +589,7 @@ func caseExpiryHandOver(c *T) {
 // (tightly from shortly before the holder's deadline, where a server that
 // expires lazily must hand over exactly once), then checks that o is
 // excluded.
-func (c *T) handOver(ls *dlock.Lease, b, o *dlock.Locker, name string) {
+func (c *caseT) handOver(ls *dlock.Lease, b, o *dlock.Locker, name string) {
 	dl, _ := ls.Deadline()
 	limit := dl.Add(c.expiryNotice())
 	time.Sleep(time.Until(dl) - 20*time.Millisecond - 2*c.rtt)
@@ -621,7 +621,7 @@ func (c *T) handOver(ls *dlock.Lease, b, o *dlock.Locker, name string) {
 	}
 }
 
-func caseFencing(c *T) {
+func caseFencing(c *caseT) {
 	ls := []*dlock.Locker{c.Locker(), c.Locker(), c.Locker()}
 	name := c.Name("fence")
 	var last uint64
@@ -694,7 +694,7 @@ func caseFencing(c *T) {
 	}
 }
 
-func caseLossSignalled(c *T) {
+func caseLossSignalled(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	parts := 0
 	if rv, ok := c.h.(Revoker); ok {
@@ -781,7 +781,7 @@ func caseLossSignalled(c *T) {
 	}
 }
 
-func caseReentrancy(c *T) {
+func caseReentrancy(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	name := c.Name("reentrant")
 	own := &dlock.AcquireOptions{TTL: c.ttl(), Owner: "owner-1"}
@@ -821,7 +821,7 @@ func caseReentrancy(c *T) {
 	c.expectFree(b, name, "after the second of two releases")
 }
 
-func caseFairness(c *T) {
+func caseFairness(c *caseT) {
 	const n = 5
 	a := c.Locker()
 	name := c.Name("fair")
@@ -864,7 +864,7 @@ func caseFairness(c *T) {
 	}
 }
 
-func caseBadInput(c *T) {
+func caseBadInput(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	bad := []struct{ name, why string }{
 		{"", "empty"},
@@ -971,7 +971,7 @@ func caseBadInput(c *T) {
 	}
 }
 
-func caseClose(c *T) {
+func caseClose(c *caseT) {
 	a, b := c.Locker(), c.Locker()
 	name, busy := c.Name("close"), c.Name("busy")
 	ls := c.mustTry(a, name, c.opts())

@@ -34,7 +34,7 @@ const (
 	envTTL   = "DLOCK_CONFORMANCE_TTL"
 )
 
-func needCrossProcess(c *T) string {
+func needCrossProcess(c *caseT) string {
 	switch {
 	case c.h.URL() == "":
 		return "the harness has no URL a child process can open"
@@ -137,7 +137,7 @@ func (b *lockedBuffer) String() string {
 
 // spawn starts a child process that opens the harness URL and acquires
 // name.
-func (c *T) spawn(name string) *child {
+func (c *caseT) spawn(name string) *child {
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
@@ -185,7 +185,7 @@ func (c *T) spawn(name string) *child {
 
 // expect returns the rest of the child's next line, which must start with
 // word, or ends the case.
-func (c *T) expect(ch *child, word string, d time.Duration) string {
+func (c *caseT) expect(ch *child, word string, d time.Duration) string {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -205,13 +205,13 @@ func (c *T) expect(ch *child, word string, d time.Duration) string {
 	return ""
 }
 
-func (c *T) tell(ch *child, line string) {
+func (c *caseT) tell(ch *child, line string) {
 	if _, err := fmt.Fprintln(ch.stdin, line); err != nil {
 		c.Fatalf("writing to the child process: %v", err)
 	}
 }
 
-func (c *T) token(s string) uint64 {
+func (c *caseT) token(s string) uint64 {
 	tok, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
 		c.Fatalf("bad token %q from the child process", s)
@@ -223,7 +223,7 @@ func (c *T) token(s string) uint64 {
 // connection) and its first Acquire.
 const childStart = 60 * time.Second
 
-func caseCrossProcessCrash(c *T) {
+func caseCrossProcessCrash(c *caseT) {
 	p := c.Locker()
 	name := c.Name("crash")
 	ch := c.spawn(name)
@@ -252,7 +252,7 @@ func caseCrossProcessCrash(c *T) {
 	c.release(ls, "new holder")
 }
 
-func casePausedHolderFenced(c *T) {
+func casePausedHolderFenced(c *caseT) {
 	p := c.Locker()
 	name := c.Name("paused")
 	reg := &Register{}

@@ -229,7 +229,7 @@ func runCase(ctx context.Context, mk HarnessMaker, cs testCase, cfg *config) res
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, cfg.watchdog)
 	defer cancel()
-	c := &T{ctx: cctx, cfg: cfg, caseName: cs.name, prefix: uniquePrefix(cs.name)}
+	c := &caseT{ctx: cctx, cfg: cfg, caseName: cs.name, prefix: uniquePrefix(cs.name)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -292,9 +292,9 @@ func uniquePrefix(name string) string {
 	return fmt.Sprintf("conformance-%s-%s", strings.ToLower(name), hex.EncodeToString(b[:]))
 }
 
-// T is the state of one running case. Fatalf and Skipf may be called only
+// caseT is the state of one running case. Fatalf and Skipf may be called only
 // from the case's own goroutine; Errorf and Logf from any.
-type T struct {
+type caseT struct {
 	ctx      context.Context
 	cfg      *config
 	caseName string
@@ -314,20 +314,20 @@ type T struct {
 }
 
 // Errorf records a failure and continues.
-func (c *T) Errorf(format string, args ...any) {
+func (c *caseT) Errorf(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.errs = append(c.errs, fmt.Sprintf(format, args...))
 }
 
 // Fatalf records a failure and ends the case.
-func (c *T) Fatalf(format string, args ...any) {
+func (c *caseT) Fatalf(format string, args ...any) {
 	c.Errorf(format, args...)
 	runtime.Goexit()
 }
 
 // Skipf ends the case as skipped (unless it already failed).
-func (c *T) Skipf(format string, args ...any) {
+func (c *caseT) Skipf(format string, args ...any) {
 	c.mu.Lock()
 	c.skipped, c.skipReason = true, fmt.Sprintf(format, args...)
 	c.mu.Unlock()
@@ -335,7 +335,7 @@ func (c *T) Skipf(format string, args ...any) {
 }
 
 // Logf records a progress line.
-func (c *T) Logf(format string, args ...any) {
+func (c *caseT) Logf(format string, args ...any) {
 	if c.cfg.logf != nil {
 		c.cfg.logf(format, args...)
 	}
@@ -343,7 +343,7 @@ func (c *T) Logf(format string, args ...any) {
 
 // Notef records a note that is kept in the report (a skipped part, a
 // measurement).
-func (c *T) Notef(format string, args ...any) {
+func (c *caseT) Notef(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	c.mu.Lock()
 	c.notes = append(c.notes, s)
@@ -351,14 +351,14 @@ func (c *T) Notef(format string, args ...any) {
 	c.Logf("%s", s)
 }
 
-func (c *T) failed() bool {
+func (c *caseT) failed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.errs) > 0
 }
 
 // Locker opens a new client on the harness; the case's clean-up closes it.
-func (c *T) Locker() *dlock.Locker {
+func (c *caseT) Locker() *dlock.Locker {
 	l, err := c.h.NewLocker(c.ctx)
 	if err != nil {
 		c.Fatalf("harness: new locker: %v", err)
@@ -370,7 +370,7 @@ func (c *T) Locker() *dlock.Locker {
 }
 
 // Name returns a lock name unique to this run of the case.
-func (c *T) Name(s string) string {
+func (c *caseT) Name(s string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nameSeq++
@@ -379,13 +379,13 @@ func (c *T) Name(s string) string {
 
 // Cleanup registers f to run at the end of the case, before the Lockers
 // are closed.
-func (c *T) Cleanup(f func()) {
+func (c *caseT) Cleanup(f func()) {
 	c.mu.Lock()
 	c.cleanups = append(c.cleanups, f)
 	c.mu.Unlock()
 }
 
-func (c *T) cleanup(abandoned bool) error {
+func (c *caseT) cleanup(abandoned bool) error {
 	c.mu.Lock()
 	fns := slices.Clone(c.cleanups)
 	lockers := slices.Clone(c.lockers)
@@ -423,7 +423,7 @@ func (c *T) cleanup(abandoned bool) error {
 
 // measureRTT returns the fastest of a few TryAcquire calls on a free name:
 // the unit of the case's timing bounds.
-func (c *T) measureRTT(l *dlock.Locker) time.Duration {
+func (c *caseT) measureRTT(l *dlock.Locker) time.Duration {
 	name := c.Name("rtt")
 	best := time.Duration(1<<63 - 1)
 	for range 5 {
@@ -443,10 +443,10 @@ func (c *T) measureRTT(l *dlock.Locker) time.Duration {
 
 // fast is the bound for an operation that must not wait for anything but
 // the server: a few round trips plus the slack.
-func (c *T) fast() time.Duration { return 10*c.rtt + c.cfg.slack }
+func (c *caseT) fast() time.Duration { return 10*c.rtt + c.cfg.slack }
 
 // wake is the bound from a release to a waiter's grant.
-func (c *T) wake() time.Duration {
+func (c *caseT) wake() time.Duration {
 	d := c.fast()
 	if c.caps.Wait == "poll" || c.caps.Wait == "" {
 		d += pollCap
@@ -458,7 +458,7 @@ func (c *T) wake() time.Duration {
 // to find an expired lock free: nobody releases it, so a notify-woken
 // waiter relies on its fallback timer (capped at watchCap unless the
 // driver reports the remaining TTL).
-func (c *T) expiryNotice() time.Duration {
+func (c *caseT) expiryNotice() time.Duration {
 	d := c.fast()
 	switch c.caps.Wait {
 	case "queue":
@@ -477,13 +477,13 @@ const (
 )
 
 // ttl returns the base TTL.
-func (c *T) ttl() time.Duration { return c.cfg.ttl }
+func (c *caseT) ttl() time.Duration { return c.cfg.ttl }
 
 // withTimeout returns a context for one blocking call.
-func (c *T) withTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+func (c *caseT) withTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.ctx, d)
 }
 
 // reportDir returns the directory for failure artefacts ("" means
 // os.TempDir()).
-func (c *T) reportDir() string { return c.cfg.reportDir }
+func (c *caseT) reportDir() string { return c.cfg.reportDir }

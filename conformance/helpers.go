@@ -11,21 +11,21 @@ import (
 
 // opts returns the suite's default acquire options: the base TTL with
 // keep-alive.
-func (c *T) opts() *dlock.AcquireOptions { return &dlock.AcquireOptions{TTL: c.ttl()} }
+func (c *caseT) opts() *dlock.AcquireOptions { return &dlock.AcquireOptions{TTL: c.ttl()} }
 
 // noKeepAlive returns options for a lease of the base TTL that is never
 // refreshed.
-func (c *T) noKeepAlive() *dlock.AcquireOptions {
+func (c *caseT) noKeepAlive() *dlock.AcquireOptions {
 	return &dlock.AcquireOptions{TTL: c.ttl(), NoKeepAlive: true}
 }
 
 // quick returns a context for a call that must not wait for a holder.
-func (c *T) quick() (context.Context, context.CancelFunc) {
+func (c *caseT) quick() (context.Context, context.CancelFunc) {
 	return c.withTimeout(c.fast() + time.Second)
 }
 
 // mustTry takes a free lock or ends the case.
-func (c *T) mustTry(l *dlock.Locker, name string, opts *dlock.AcquireOptions) *dlock.Lease {
+func (c *caseT) mustTry(l *dlock.Locker, name string, opts *dlock.AcquireOptions) *dlock.Lease {
 	ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
 	defer cancel()
 	ls, err := l.TryAcquire(ctx, name, opts)
@@ -36,7 +36,7 @@ func (c *T) mustTry(l *dlock.Locker, name string, opts *dlock.AcquireOptions) *d
 }
 
 // release releases ls and reports an error.
-func (c *T) release(ls *dlock.Lease, what string) {
+func (c *caseT) release(ls *dlock.Lease, what string) {
 	ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
 	defer cancel()
 	if err := ls.Release(ctx); err != nil {
@@ -45,7 +45,7 @@ func (c *T) release(ls *dlock.Lease, what string) {
 }
 
 // expectHeld checks that another client cannot take name now.
-func (c *T) expectHeld(l *dlock.Locker, name, why string) bool {
+func (c *caseT) expectHeld(l *dlock.Locker, name, why string) bool {
 	ctx, cancel := c.withTimeout(c.fast() + time.Second)
 	defer cancel()
 	ls, err := l.TryAcquire(ctx, name, c.opts())
@@ -62,7 +62,7 @@ func (c *T) expectHeld(l *dlock.Locker, name, why string) bool {
 }
 
 // expectFree checks that another client can take name now (and releases it).
-func (c *T) expectFree(l *dlock.Locker, name, why string) bool {
+func (c *caseT) expectFree(l *dlock.Locker, name, why string) bool {
 	ctx, cancel := c.withTimeout(c.fast() + 5*time.Second)
 	defer cancel()
 	ls, err := l.TryAcquire(ctx, name, c.opts())
@@ -82,7 +82,7 @@ type acq struct {
 }
 
 // acquireAsync runs Acquire in the background.
-func (c *T) acquireAsync(ctx context.Context, l *dlock.Locker, name string, opts *dlock.AcquireOptions) <-chan acq {
+func (c *caseT) acquireAsync(ctx context.Context, l *dlock.Locker, name string, opts *dlock.AcquireOptions) <-chan acq {
 	ch := make(chan acq, 1)
 	go func() {
 		ls, err := l.Acquire(ctx, name, opts)
@@ -104,7 +104,7 @@ func waitDone(ls *dlock.Lease, d time.Duration) bool {
 }
 
 // sleep waits d or until the case's context ends.
-func (c *T) sleep(d time.Duration) {
+func (c *caseT) sleep(d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -125,7 +125,7 @@ func median(ds []time.Duration) time.Duration {
 
 // crashBound is the backend's stated bound from a holder's death to the
 // lock being free.
-func (c *T) crashBound() time.Duration {
+func (c *caseT) crashBound() time.Duration {
 	switch d := c.caps.ReleaseOnCrash; {
 	case d < 0:
 		return c.ttl()
