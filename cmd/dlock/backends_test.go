@@ -28,11 +28,10 @@ import (
 type backend struct {
 	name   string
 	scheme string
-	// server returns the server (shared when the cases need no fault on
-	// the server itself).
-	server func(t *testing.T) *testenv.Server
-	// url returns the dlock URL for the server.
-	url func(s *testenv.Server) string
+	// servers returns the servers (shared: no case harms a server).
+	servers func(t *testing.T) []*testenv.Server
+	// url returns the dlock URL for the servers.
+	url func(s []*testenv.Server) string
 	// ttl is the -ttl of the crash and lost-lease cases: short, so that
 	// TTL-bound backends free a crashed holder's lock quickly.
 	ttl time.Duration
@@ -43,30 +42,51 @@ type backend struct {
 
 var keyValueBackends = []backend{
 	{
-		name:   "redis",
-		scheme: "redis",
-		server: func(t *testing.T) *testenv.Server { return testenv.Redis(t) },
-		url:    func(s *testenv.Server) string { return s.URL },
-		ttl:    2 * time.Second,
+		name:    "redis",
+		scheme:  "redis",
+		servers: one(testenv.Redis),
+		url:     firstURL,
+		ttl:     2 * time.Second,
 		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
 			// The redis driver's documented key layout: <prefix>{<name>}.
-			n, err := testenv.RedisDo(ctx, f.srv.Addr, "DEL", "dlock:{"+name+"}")
+			n, err := testenv.RedisDo(ctx, f.srvs[0].Addr, "DEL", "dlock:{"+name+"}")
 			if err != nil || n != int64(1) {
 				t.Fatalf("revoke: DEL dlock:{%s} = %v, %v; want 1 (key layout changed?)", name, n, err)
 			}
 		},
 	},
 	{
-		name:   "zookeeper",
-		scheme: "zk",
-		server: func(t *testing.T) *testenv.Server { return testenv.ZooKeeper(t) },
+		name:    "redlock",
+		scheme:  "redlock",
+		servers: func(t *testing.T) []*testenv.Server { return testenv.RedisNodes(t, 3) },
+		url: func(s []*testenv.Server) string {
+			addrs := make([]string, len(s))
+			for i, n := range s {
+				addrs[i] = n.Addr
+			}
+			return "redlock://" + strings.Join(addrs, ",")
+		},
+		ttl: 2 * time.Second,
+		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
+			// The same key on every master: no quorum holds it any more.
+			for _, s := range f.srvs {
+				if _, err := testenv.RedisDo(ctx, s.Addr, "DEL", "dlock:{"+name+"}"); err != nil {
+					t.Fatalf("revoke: DEL on %s: %v", s.Addr, err)
+				}
+			}
+		},
+	},
+	{
+		name:    "zookeeper",
+		scheme:  "zk",
+		servers: one(testenv.ZooKeeper),
 		// A 2s session: a crashed holder's node goes 2s after its last ping.
-		url: func(s *testenv.Server) string { return s.URL + "/dlock?session_timeout=2s" },
+		url: func(s []*testenv.Server) string { return s[0].URL + "/dlock?session_timeout=2s" },
 		ttl: 2 * time.Second,
 		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
 			// Delete the holder's node, as an administrator would: the
 			// zookeeper driver documents /prefix/<escaped name>/<child>.
-			c, _, err := zk.Connect(strings.Split(f.srv.DSN, ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+			c, _, err := zk.Connect(strings.Split(f.srvs[0].DSN, ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,16 +116,16 @@ func sqlBackends(scheme string, server func(testing.TB) *testenv.Server, strateg
 	var out []backend
 	for i, strategy := range strategies {
 		b := backend{
-			name:   scheme + "-" + strategy,
-			scheme: scheme,
-			server: func(t *testing.T) *testenv.Server { return server(t) },
-			url:    func(s *testenv.Server) string { return withParam(s.URL, "strategy="+strategy) },
-			ttl:    2 * time.Second,
+			name:    scheme + "-" + strategy,
+			scheme:  scheme,
+			servers: one(server),
+			url:     func(s []*testenv.Server) string { return withParam(s[0].URL, "strategy="+strategy) },
+			ttl:     2 * time.Second,
 			revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
 				// The SQL drivers' own fault hook: it ends the holder's
 				// session (pg_terminate_backend, KILL) or, for version,
 				// expires the lease row.
-				h, err := sqltest.Maker(f.url, f.srv.Addr, strategy)(ctx)
+				h, err := sqltest.Maker(f.url, f.srvs[0].Addr, strategy)(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -116,12 +136,19 @@ func sqlBackends(scheme string, server func(testing.TB) *testenv.Server, strateg
 			},
 		}
 		if i == 0 {
-			b.url = func(s *testenv.Server) string { return s.URL } // the default strategy
+			b.url = firstURL // the default strategy
 		}
 		out = append(out, b)
 	}
 	return out
 }
+
+// one adapts a helper that returns one shared server.
+func one(server func(testing.TB) *testenv.Server) func(*testing.T) []*testenv.Server {
+	return func(t *testing.T) []*testenv.Server { return []*testenv.Server{server(t)} }
+}
+
+func firstURL(s []*testenv.Server) string { return s[0].URL }
 
 // withParam adds a query parameter to a URL.
 func withParam(u, kv string) string {
@@ -137,9 +164,9 @@ func (quietZK) Printf(string, ...any) {}
 
 // fixture is one backend's server and URL, for the cases.
 type fixture struct {
-	b   backend
-	srv *testenv.Server
-	url string
+	b    backend
+	srvs []*testenv.Server
+	url  string
 }
 
 var lockSeq atomic.Int64
@@ -240,8 +267,8 @@ func TestBackends(t *testing.T) {
 			if !slices.Contains(dlock.Schemes(), b.scheme) {
 				t.Fatalf("scheme %s is not compiled into dlock (drivers.go)", b.scheme)
 			}
-			srv := b.server(t)
-			f := &fixture{b: b, srv: srv, url: b.url(srv)}
+			srvs := b.servers(t)
+			f := &fixture{b: b, srvs: srvs, url: b.url(srvs)}
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) { c.f(t, f) })
 			}
@@ -590,7 +617,10 @@ func testCrashFreesLock(t *testing.T, f *fixture) {
 // credentials gives status 69 and one line without the password.
 func testUnreachable(t *testing.T, f *fixture) {
 	ctx := testCtx(t, time.Minute)
-	bad := strings.Replace(f.url, f.srv.Addr, "127.0.0.1:1", 1)
+	bad := f.url
+	for i, s := range f.srvs {
+		bad = strings.Replace(bad, s.Addr, fmt.Sprintf("127.0.0.1:%d", i+1), 1)
+	}
 	code, _, stderr := runDlock(t, ctx, nil, "run", "-url", bad, "-no-wait", f.lockName(t), "--", "true")
 	if code != exitUnavailable {
 		t.Errorf("unreachable: status %d, want %d; stderr %q", code, exitUnavailable, stderr)
