@@ -21,14 +21,14 @@ func TestRedlockNodeKilled(t *testing.T) {
 	tg := redlockOn(t, nodes)
 	a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
 	name := uniqueName(t)
-	held, err := a.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 900 * time.Millisecond})
+	held, err := a.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := nodes[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // several keep-alive rounds, more than a TTL
+	time.Sleep(2500 * time.Millisecond) // several keep-alive rounds, more than a TTL
 	if err := held.Err(); err != nil {
 		t.Fatalf("lease lost with a quorum of nodes alive: %v", err)
 	}
