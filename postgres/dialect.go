@@ -55,10 +55,25 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	}
 }
 
-func (dialect) EnsureRow(t sqllock.Table, name string) []sqllock.Stmt {
-	// NOT EXISTS reads the committed row without waiting: a plain ON
-	// CONFLICT would wait for the holder's transaction, which updated it.
-	return stmts{st("INSERT INTO "+t.Q+" (name) SELECT $1::text WHERE NOT EXISTS (SELECT 1 FROM "+t.Q+" WHERE name = $1) ON CONFLICT (name) DO NOTHING", name)}
+func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	// NOT EXISTS reads the committed row without waiting; only a row
+	// created and locked by another client in the meantime makes the
+	// INSERT wait for its transaction, for no longer than r allows.
+	return stmts{
+		st("BEGIN"),
+		st("SELECT set_config('lock_timeout', $1, true)", ensureTimeout(r)),
+		st("INSERT INTO "+t.Q+" (name) SELECT $1::text WHERE NOT EXISTS (SELECT 1 FROM "+t.Q+" WHERE name = $1) ON CONFLICT (name) DO NOTHING", r.Name),
+		st("COMMIT"),
+	}
+}
+
+// ensureTimeout is EnsureRow's lock_timeout: 1ms (0 would disable it)
+// for NoWait.
+func ensureTimeout(r sqllock.Req) string {
+	if r.NoWait {
+		return "1"
+	}
+	return lockTimeout(r)
 }
 
 // nextval is the token: a sequence value, never rolled back.

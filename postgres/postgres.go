@@ -81,6 +81,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -245,4 +246,30 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 		return nil, err
 	}
 	return drv, nil
+}
+
+// Execer runs a statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx are.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// FencedUpdate is the resource side of fencing for a table of your own:
+// it runs
+//
+//	UPDATE table SET <set>, fenceColumn = token WHERE (<where>) AND fenceColumn <= token
+//
+// with args for the placeholders $1…$n of set and where (the token is
+// $n+1), and reports whether a row was written. A writer whose lease
+// ended while it was paused carries a token lower than the one the next
+// holder wrote, and its write matches no row. The current holder may write
+// again (its token equals the stored one). table ("table" or
+// "schema.table") and fenceColumn are validated and quoted; fenceColumn
+// must be a bigint, 0 before the first write.
+func FencedUpdate(ctx context.Context, db Execer, table, fenceColumn string, token uint64, set, where string, args ...any) (bool, error) {
+	q, _, err := sqllock.FencedSQL(dialect{}, table, fenceColumn, set, where, len(args))
+	if err != nil {
+		return false, err
+	}
+	tag, err := db.Exec(ctx, q, append(args, int64(token))...)
+	return err == nil && tag.RowsAffected() > 0, err
 }

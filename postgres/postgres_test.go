@@ -1,14 +1,20 @@
 package postgres_test
 
 import (
+	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
-	_ "github.com/dlock-go/dlock/postgres"
+	"github.com/dlock-go/dlock/postgres"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
@@ -26,4 +32,75 @@ func TestConformance(t *testing.T) {
 	// concurrent TryAcquires on fresh connections can expire (for real,
 	// on the server) before the last of them has connected.
 	sqltest.Conformance(t, srv.URL, srv.Addr, sqltest.Strategies("advisory"), conformance.WithTTL(time.Second))
+}
+
+func TestPoolLeak(t *testing.T) {
+	srv := testenv.Postgres(t)
+	cycles := 10000
+	if raceEnabled {
+		cycles = 2000 // the race detector makes each cycle ~5× slower
+	}
+	for _, s := range []string{"forupdate", "advisory"} {
+		t.Run(s, func(t *testing.T) {
+			pc, err := pgxpool.ParseConfig(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.MaxConns = 16
+			p, err := pgxpool.NewWithConfig(t.Context(), pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			l := postgres.OpenLocker(p, &postgres.Options{Strategy: s})
+			defer l.Close()
+			sqltest.PoolLeak(t, l, cycles,
+				func() int { return int(p.Stat().AcquiredConns()) },
+				func() int { return int(p.Stat().TotalConns()) }, 16)
+		})
+	}
+}
+
+func TestBadTables(t *testing.T) { sqltest.BadTables(t, testenv.Postgres(t).URL) }
+
+func TestRedaction(t *testing.T) {
+	srv := testenv.Postgres(t)
+	const secret = "Wr0ng-s3cret-pw"
+	sqltest.Redaction(t, strings.Replace(srv.URL, ":dlockpw@", ":"+secret+"@", 1), secret)
+}
+
+func TestNulName(t *testing.T) {
+	srv := testenv.Postgres(t)
+	l := sqltest.Open(t, t.Context(), srv.URL)
+	if _, err := l.TryAcquire(t.Context(), "a\x00b", nil); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Fatalf("a name with NUL: %v, want ErrInvalidName", err)
+	}
+	long := strings.Repeat("é", 512) // 1024 bytes of UTF-8
+	ls, err := l.TryAcquire(t.Context(), long, nil)
+	if err != nil {
+		t.Fatalf("a 1024-byte name: %v", err)
+	}
+	ls.Release(t.Context())
+}
+
+func TestPausedHolderFencedWrite(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx := t.Context()
+	p, err := pgxpool.New(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Exec(ctx, `CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL DEFAULT 0);
+		INSERT INTO accounts VALUES (1, 0, 0) ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.PausedHolder(t, sqltest.WithParams(srv.URL, "strategy", s), time.Second, time.Millisecond,
+				func(ctx context.Context, token uint64) (bool, error) {
+					return postgres.FencedUpdate(ctx, p, "public.accounts", "fence", token, "balance = balance + $1", "id = $2", 1, 1)
+				})
+		})
+	}
 }

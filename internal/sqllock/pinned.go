@@ -64,9 +64,19 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			// that it never waits for another creator's transaction) and
 			// try again.
 			created = true
-			if _, err := c.Run(ctx, l.d.EnsureRow(l.t, req.Name)); err != nil {
-				l.abort(ctx, c, r, KindBroken)
-				return nil, ctxErr(ctx, l.errorf("creating the row of %q: %w", req.Name, err))
+			if _, err := c.Run(ctx, l.d.EnsureRow(l.t, r)); err != nil {
+				kind := l.d.Classify(err)
+				if ctx.Err() != nil || (kind != KindBusy && kind != KindDeadlock) {
+					kind = KindBroken
+				}
+				if !l.abort(ctx, c, r, kind) {
+					return nil, ctxErr(ctx, l.errorf("creating the row of %q: %w", req.Name, err))
+				}
+				// Busy: another client created the row and holds it.
+				if !wait {
+					c.Release(false)
+					return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
+				}
 			}
 			continue
 		case err == nil && !wait, kind == KindBusy && !wait, kind == KindDeadlock && !wait:

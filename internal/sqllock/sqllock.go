@@ -156,8 +156,10 @@ type Dialect interface {
 
 	// Migrate creates the lock table and the token counter if missing.
 	Migrate(t Table) []Stmt
-	// EnsureRow inserts the name's row if missing.
-	EnsureRow(t Table, name string) []Stmt
+	// EnsureRow inserts the name's row if missing. It must not wait for
+	// a holder's lock on an existing row longer than r allows (NoWait:
+	// not at all); a lock-not-available error then means the row exists.
+	EnsureRow(t Table, r Req) []Stmt
 
 	// Lock takes the lock of a pinned strategy (ForUpdate, Native). When
 	// granted, the last statement returns one row: the token. No row

@@ -19,6 +19,10 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err != nil {
+		if k := l.d.Classify(err); ctx.Err() == nil && (k == KindBusy || k == KindDeadlock) {
+			// Another client is writing the row right now.
+			return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
+		}
 		return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 	}
 	if !found || token == nil {

@@ -1,0 +1,187 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"strings"
+	"sync"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock/internal/sqllock"
+)
+
+// pool adapts a *sql.DB.
+type pool struct {
+	db    *sql.DB
+	owned bool
+	// multi: the DSN has multiStatements=true (and interpolateParams=true),
+	// so a script is one round trip.
+	multi bool
+
+	mu  sync.Mutex
+	ids map[any]int64 // driver connection → CONNECTION_ID()
+}
+
+func (p *pool) Close() {
+	if p.owned {
+		p.db.Close()
+	}
+}
+
+// Run runs a script on a connection of its own: its statements share
+// session variables and, for some, a transaction.
+func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
+	if len(stmts) == 1 {
+		return scan(p.db.QueryRowContext(ctx, stmts[0].SQL, stmts[0].Args...), dest)
+	}
+	c, err := p.Pin(ctx)
+	if err != nil {
+		return false, err
+	}
+	found, err := c.Run(ctx, stmts, dest...)
+	// A failed script may have left a transaction open: never reuse it.
+	c.Release(err != nil)
+	return found, err
+}
+
+func scan(row *sql.Row, dest []any) (bool, error) {
+	err := row.Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Pin takes a connection and learns its CONNECTION_ID() (once per
+// physical connection).
+func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
+	sc, err := p.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{p: p, c: sc}
+	_ = sc.Raw(func(dc any) error { c.key = dc; return nil })
+	p.mu.Lock()
+	id, ok := p.ids[c.key]
+	p.mu.Unlock()
+	if !ok {
+		if err := sc.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			c.Release(true)
+			return nil, err
+		}
+		p.mu.Lock()
+		if p.ids == nil || len(p.ids) > 4*max(p.db.Stats().OpenConnections, 64) {
+			p.ids = make(map[any]int64) // forget connections closed by database/sql
+		}
+		p.ids[c.key] = id
+		p.mu.Unlock()
+	}
+	c.id = id
+	return c, nil
+}
+
+// conn is a pinned connection.
+type conn struct {
+	p   *pool
+	c   *sql.Conn
+	key any
+	id  int64
+}
+
+func (c *conn) Session() int64 { return c.id }
+
+// Run sends the script as one multi-statement when the DSN allows it,
+// statement by statement otherwise.
+func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
+	if c.p.multi && len(stmts) > 1 {
+		var b strings.Builder
+		var args []any
+		for i, s := range stmts {
+			if i > 0 {
+				b.WriteString(";\n")
+			}
+			b.WriteString(s.SQL)
+			args = append(args, s.Args...)
+		}
+		return c.query(ctx, b.String(), args, dest)
+	}
+	for _, s := range stmts[:len(stmts)-1] {
+		if _, err := c.c.ExecContext(ctx, s.SQL, s.Args...); err != nil {
+			return false, err
+		}
+	}
+	last := stmts[len(stmts)-1]
+	return c.query(ctx, last.SQL, last.Args, dest)
+}
+
+// query reads the first row of the last result set that has columns.
+func (c *conn) query(ctx context.Context, q string, args, dest []any) (bool, error) {
+	rows, err := c.c.QueryContext(ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	found := false
+	for {
+		found = false
+		if rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return false, err
+			}
+			found = true
+			for rows.Next() {
+			}
+		}
+		if !rows.NextResultSet() {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	return found, rows.Close()
+}
+
+// Abandon kills the connection on the server (from another connection):
+// a statement waiting for a row lock or in GET_LOCK would otherwise wait
+// on after the client gave up, and an idle session would keep its locks
+// until wait_timeout when the client's socket close did not reach it.
+// MySQL connection ids are not reused while the server runs.
+func (c *conn) Abandon(ctx context.Context) {
+	_, _ = c.p.db.ExecContext(ctx, "KILL ?", c.id)
+}
+
+// Release returns the connection, or has database/sql close it.
+func (c *conn) Release(discard bool) {
+	if discard {
+		_ = c.c.Raw(func(any) error { return driver.ErrBadConn })
+		c.p.mu.Lock()
+		delete(c.p.ids, c.key)
+		c.p.mu.Unlock()
+	}
+	_ = c.c.Close()
+}
+
+// classify maps MySQL's and MariaDB's errors to the core's kinds: 1205
+// (lock wait timeout, and NOWAIT on MariaDB), 3572 (NOWAIT on MySQL 8)
+// and 1213 (deadlock); errors that are not server errors (I/O, context,
+// invalid connection) and the "killed"/"server gone" ones break the
+// connection.
+func classify(err error) sqllock.Kind {
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) {
+		return sqllock.KindBroken
+	}
+	switch me.Number {
+	case 1205, 3572:
+		return sqllock.KindBusy
+	case 1213:
+		return sqllock.KindDeadlock
+	case 1053, 1317, 1927, 2006, 2013, 4031:
+		return sqllock.KindBroken
+	}
+	return sqllock.KindOther
+}

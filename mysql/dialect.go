@@ -1,0 +1,189 @@
+package mysql
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/dlock-go/dlock/internal/sqllock"
+)
+
+// dialect is MySQL's and MariaDB's SQL for the strategies of package
+// sqllock. Session state travels in user variables (@dlock_*), so that a
+// multi-statement script needs no procedure. Times are UTC_TIMESTAMP(6):
+// the server's clock, independent of the session's time zone.
+type dialect struct{}
+
+type stmts = []sqllock.Stmt
+
+func st(sql string, args ...any) sqllock.Stmt { return sqllock.Stmt{SQL: sql, Args: args} }
+
+func (dialect) Backend() string                 { return "mysql" }
+func (dialect) NativeStrategy() string          { return "getlock" }
+func (dialect) Quote(ident string) string       { return "`" + ident + "`" }
+func (dialect) MaxIdent() int                   { return 64 }
+func (dialect) Placeholder(int) string          { return "?" }
+func (dialect) Classify(err error) sqllock.Kind { return classify(err) }
+
+// ValidateName accepts every name: the column is VARBINARY(1024).
+func (dialect) ValidateName(string) error { return nil }
+
+func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
+	return stmts{
+		st("CREATE TABLE IF NOT EXISTS " + t.Q + ` (
+	name VARBINARY(1024) NOT NULL PRIMARY KEY,
+	fence BIGINT NOT NULL DEFAULT 0,
+	owner VARBINARY(1024) NOT NULL DEFAULT '',
+	acquired_at DATETIME(6) NULL,
+	expires_at DATETIME(6) NULL,
+	session BIGINT NULL) ENGINE=InnoDB`),
+		// The token counter: an AUTO_INCREMENT is never rolled back, and
+		// InnoDB keeps it across restarts (MySQL 8, MariaDB 10.2.4+). Each
+		// token's row is deleted at once: the table stays empty.
+		st("CREATE TABLE IF NOT EXISTS " + t.Seq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"),
+	}
+}
+
+// EnsureRow creates name's row. The existence check is a plain read, so
+// a holder's lock on an existing row is not waited for; only a row created
+// and locked by another client in the meantime makes the INSERT wait. The
+// wait is innodb_lock_wait_timeout = 0: no wait on MariaDB, the minimum
+// of 1s on MySQL 8. The session's value is saved in @dlock_lw for the
+// restore that follows (Lock's and Abort's).
+func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{
+		st("SET @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout), SESSION innodb_lock_wait_timeout = 0"),
+		st("SELECT COUNT(*) INTO @dlock_e FROM "+t.Q+" WHERE name = ?", r.Name),
+		st("INSERT IGNORE INTO "+t.Q+" (name) SELECT ? FROM DUAL WHERE @dlock_e = 0", r.Name),
+	}
+}
+
+// token takes the next counter value into @dlock_t when cond holds.
+func token(t sqllock.Table, cond string) []sqllock.Stmt {
+	return stmts{
+		st("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE " + cond),
+		st("SET @dlock_t = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
+		st("DELETE FROM " + t.Seq + " WHERE id = @dlock_t"),
+	}
+}
+
+// lockKey is GET_LOCK's name: the name itself up to 64 characters, else
+// (or when it looks like a hashed key) "dlock#" and 58 hex digits of its
+// SHA-256.
+func lockKey(name string) string {
+	if len([]rune(name)) <= 64 && !strings.HasPrefix(name, "dlock#") {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "dlock#" + hex.EncodeToString(sum[:])[:58]
+}
+
+// session saves and sets the session's timeouts: wait_timeout (the idle
+// limit after which the server drops a silent holder) from the TTL, and
+// the row-lock wait from the context's deadline.
+func session(r sqllock.Req) sqllock.Stmt {
+	wait := int64(1073741824)
+	if r.Wait > 0 {
+		wait = sqllock.CeilSeconds(r.Wait, 1, wait)
+	}
+	return st("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
+		" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL",
+		sqllock.CeilSeconds(r.TTL, 1, 31536000), wait)
+}
+
+// restore puts the session's timeouts back.
+var restore = st("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
+	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL")
+
+func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if s == sqllock.ForUpdate {
+		nowait := ""
+		if r.NoWait {
+			nowait = " NOWAIT"
+		}
+		out := stmts{session(r), st("START TRANSACTION"),
+			st("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name)}
+		out = append(out, token(t, "@dlock_f IS NOT NULL")...)
+		return append(out,
+			st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
+				r.Owner, r.Name),
+			st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+	}
+	timeout := 0.0
+	if !r.NoWait {
+		timeout = 31536000
+		if r.Wait > 0 {
+			timeout = r.Wait.Seconds()
+		}
+	}
+	out := stmts{session(r), st("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout), st("START TRANSACTION")}
+	out = append(out, token(t, "@dlock_g = 1")...)
+	return append(out,
+		st("INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, @dlock_t, ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_t IS NOT NULL"+
+			" ON DUPLICATE KEY UPDATE fence = VALUES(fence), owner = VALUES(owner), acquired_at = VALUES(acquired_at), expires_at = NULL, session = VALUES(session)",
+			r.Name, r.Owner),
+		st("COMMIT"),
+		st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+}
+
+func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if s == sqllock.ForUpdate {
+		return stmts{st("ROLLBACK"), restore}
+	}
+	return stmts{st("ROLLBACK"), st("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
+}
+
+func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if s == sqllock.ForUpdate {
+		return stmts{st("SELECT TRUE")}
+	}
+	return stmts{st("SELECT IFNULL(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)", lockKey(r.Name))}
+}
+
+func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if s == sqllock.ForUpdate {
+		return stmts{st("COMMIT"), restore}
+	}
+	return stmts{restore, st("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
+}
+
+func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	out := append((dialect{}).EnsureRow(t, r), restore,
+		st("SET @dlock_r = NULL, @dlock_t = NULL"),
+		st("START TRANSACTION"),
+		st("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) INTO @dlock_r FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name))
+	out = append(out, token(t, "@dlock_r IS NULL OR @dlock_r <= 0")...)
+	return append(out,
+		st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = NULL"+
+			" WHERE name = ? AND @dlock_t IS NOT NULL", r.Owner, sqllock.Micros(r.TTL), r.Name),
+		st("COMMIT"),
+		st("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL)"))
+}
+
+func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{
+		st("UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
+			sqllock.Micros(r.TTL), r.Name, r.Token),
+		st("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+	}
+}
+
+func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{
+		st("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
+		st("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+	}
+}
+
+func (dialect) Admin(t sqllock.Table) sqllock.Admin {
+	return sqllock.Admin{
+		// The forupdate holder's row is uncommitted: read it dirty.
+		Holder: []string{"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "SELECT session FROM " + t.Q + " WHERE name = ? AND session IS NOT NULL"},
+		Kill:   "KILL ?",
+		Expire: "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = ?",
+		// Sessions waiting for a row lock (InnoDB's LOCK WAIT) or in
+		// GET_LOCK ("User lock"), other than the one asking.
+		Waiters: "SELECT (SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT')" +
+			" + (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND ID <> CONNECTION_ID()) + 0 * LENGTH(?)",
+	}
+}
