@@ -449,7 +449,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		for _, r := range rows {
 			name := r.Backend
 			if r.Skipped != "" {
-				fmt.Fprintf(tw, "%s\tskipped: %s\t\n", name, r.Skipped)
+				fmt.Fprintf(tw, "%s\t  skipped: %s\n", name, r.Skipped)
 				continue
 			}
 			if r.Errors > 0 {

@@ -111,8 +111,13 @@ func warmUp(ctx context.Context, c Client, name string, d time.Duration) error {
 // up all the clients of a part.
 var (
 	stopGrace      = 5 * time.Second // a variable for tests
-	connectTimeout = time.Minute
+	connectTimeout = 30 * time.Second
 )
+
+// ErrStuck is wrapped by the errors of runs whose clients did not connect
+// and warm up in time, or did not stop: dlockbench stops measuring that
+// target.
+var ErrStuck = errors.New("clients stuck")
 
 // waitDone waits for done, at most d; it reports whether done closed.
 func waitDone(done <-chan struct{}, d time.Duration) bool {
@@ -154,7 +159,7 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 	if !waitDone(goDone(&wg), connectTimeout+stopGrace) {
 		// A client ignores its context: give the part up (its goroutines
 		// are abandoned; the connections that did open are left to them).
-		return nil, fmt.Errorf("bench: %s: connecting and warming up %d clients did not end within %v", p.Target.Name, p.Count, connectTimeout+stopGrace)
+		return nil, fmt.Errorf("bench: %s: %w: connecting and warming up %d clients did not end within %v", p.Target.Name, ErrStuck, p.Count, connectTimeout+stopGrace)
 	}
 	closeAll := func() {
 		for _, c := range clients {
@@ -165,6 +170,9 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 	}
 	if err := errors.Join(errs...); err != nil {
 		closeAll()
+		if cctx.Err() != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("bench: %s: %w: connecting and warming up %d clients took over %v: %w", p.Target.Name, ErrStuck, p.Count, connectTimeout, err)
+		}
 		return nil, fmt.Errorf("bench: %s: connect and warm up: %w", p.Target.Name, err)
 	}
 	hk.ready()
@@ -194,7 +202,7 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 		closeAll() // unblocks waiters that ignore their context
 		if !waitDone(loopsDone, stopGrace) {
 			hk.stopped()
-			return nil, fmt.Errorf("bench: %s: clients still in acquire or release %v after the end of the run, even with their connections closed", p.Target.Name, 2*stopGrace)
+			return nil, fmt.Errorf("bench: %s: %w: still in acquire or release %v after the end of the run, even with their connections closed", p.Target.Name, ErrStuck, 2*stopGrace)
 		}
 	}
 	hk.stopped()

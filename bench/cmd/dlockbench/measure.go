@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -41,6 +42,7 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 	}
 	pb := &progress{w: stderr, on: cfg.progress, start: time.Now()}
 	capacity := map[string]float64{} // target → many-keys grants/s at 4×GOMAXPROCS clients
+	broken := map[string]string{}    // target → why it is no longer run
 	capClients := 4 * runtime.GOMAXPROCS(0)
 	var rows []*bench.Row
 	lastKind := ""
@@ -54,6 +56,11 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		}
 		pb.show(i, len(jobs), done, total, j.t.Name+" · "+j.w.Label())
 		w := j.w
+		if why, ok := broken[j.t.Name]; ok {
+			rows = append(rows, bench.SkippedRow(j.t, w, "not run after an earlier failure: "+why))
+			done += w.Duration + runOverhead
+			continue
+		}
 		if w.Kind == bench.OpenLoop {
 			c, ok := capacity[j.t.Name]
 			if !ok {
@@ -77,6 +84,10 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 				break
 			}
 			rows = append(rows, bench.SkippedRow(j.t, w, err.Error()))
+			if errors.Is(err, bench.ErrStuck) {
+				// Each further run would wait out the same timeouts.
+				broken[j.t.Name] = j.w.Label() + ": " + bench.ErrStuck.Error()
+			}
 			continue
 		}
 		row := bench.NewRow(res)
