@@ -110,7 +110,8 @@ var keyValueBackends = []backend{
 // lock (an advisory lock, GET_LOCK), both held by a connection, and version
 // (a lease row with a server-side expiry).
 var backends = slices.Concat(keyValueBackends,
-	sqlBackends("postgres", testenv.Postgres, "forupdate", "advisory", "version"))
+	sqlBackends("postgres", testenv.Postgres, "forupdate", "advisory", "version"),
+	sqlBackends("mysql", testenv.MySQL, "forupdate", "getlock", "version"))
 
 func sqlBackends(scheme string, server func(testing.TB) *testenv.Server, strategies ...string) []backend {
 	var out []backend

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -12,8 +13,10 @@ import (
 // that matters reaches dlock as an error and is reported once.
 func init() {
 	goredis.SetLogger(quietLogger{})
+	_ = gomysql.SetLogger(quietLogger{})
 }
 
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
+func (quietLogger) Print(...any)                           {}
