@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -89,6 +90,8 @@ type conn struct {
 	c   *sql.Conn
 	key any
 	id  int64
+
+	released bool
 }
 
 func (c *conn) Session() int64 { return c.id }
@@ -145,17 +148,30 @@ func (c *conn) query(ctx context.Context, q string, args, dest []any) (bool, err
 	return found, rows.Close()
 }
 
-// Abandon kills the connection on the server (from another connection):
-// a statement waiting for a row lock or in GET_LOCK would otherwise wait
-// on after the client gave up, and an idle session would keep its locks
-// until wait_timeout when the client's socket close did not reach it.
-// MySQL connection ids are not reused while the server runs.
+// Abandon closes the connection and kills it on the server (from another
+// connection). Closing frees the pool's slot first, so the KILL never
+// waits for the connections that queue behind this one's lock; an idle
+// session notices the close at once, and the KILL ends one still waiting
+// for a row lock or in GET_LOCK, which would otherwise wait on after the
+// client gave up. MySQL connection ids are not reused while the server
+// runs.
 func (c *conn) Abandon(ctx context.Context) {
-	_, _ = c.p.db.ExecContext(ctx, "KILL ?", c.id)
+	c.Release(true)
+	kctx, cancel := context.WithTimeout(ctx, killTimeout)
+	defer cancel()
+	_, _ = c.p.db.ExecContext(kctx, "KILL ?", c.id)
 }
 
-// Release returns the connection, or has database/sql close it.
+// killTimeout bounds Abandon's KILL.
+const killTimeout = 2 * time.Second
+
+// Release returns the connection, or has database/sql close it. Only the
+// first call counts.
 func (c *conn) Release(discard bool) {
+	if c.released {
+		return
+	}
+	c.released = true
 	if discard {
 		_ = c.c.Raw(func(any) error { return driver.ErrBadConn })
 		c.p.mu.Lock()

@@ -247,10 +247,10 @@ type Execer interface {
 // FencedUpdate is the resource side of fencing for a table of your own:
 // it runs
 //
-//	UPDATE table SET <set>, fenceColumn = ? WHERE (<where>) AND fenceColumn <= ?
+//	UPDATE table SET <set>, fenceColumn = token WHERE (<where>) AND fenceColumn <= token
 //
-// with args for the placeholders of set and where (the token fills the
-// last two), and reports whether a row was written. A writer whose lease
+// with args for the placeholders of set and where, in order (the token is
+// bound through a derived table that the UPDATE joins), and reports whether a row was written. A writer whose lease
 // ended while it was paused carries a token lower than the one the next
 // holder wrote, and its write matches no row. The current holder may write
 // again (its token equals the stored one). table and fenceColumn are
@@ -258,14 +258,11 @@ type Execer interface {
 // write. MySQL counts only changed rows unless the DSN has
 // clientFoundRows=true: a repeated identical write reports false.
 func FencedUpdate(ctx context.Context, db Execer, table, fenceColumn string, token uint64, set, where string, args ...any) (bool, error) {
-	q, n, err := sqllock.FencedSQL(dialect{}, table, fenceColumn, set, where, len(args))
+	q, _, err := sqllock.FencedSQL(dialect{}, table, fenceColumn, set, where, len(args))
 	if err != nil {
 		return false, err
 	}
-	for range n {
-		args = append(args, int64(token))
-	}
-	res, err := db.ExecContext(ctx, q, args...)
+	res, err := db.ExecContext(ctx, q, append([]any{int64(token)}, args...)...)
 	if err != nil {
 		return false, err
 	}

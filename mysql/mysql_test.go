@@ -1,14 +1,17 @@
 package mysql_test
 
 import (
+	"context"
+	"database/sql"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
-	_ "github.com/dlock-go/dlock/mysql"
+	"github.com/dlock-go/dlock/mysql"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
@@ -23,4 +26,79 @@ func TestBasic(t *testing.T) {
 func TestConformance(t *testing.T) {
 	srv := testenv.MySQL(t)
 	sqltest.Conformance(t, srv.URL, srv.Addr, sqltest.Strategies("getlock"), conformance.WithTTL(time.Second))
+}
+
+func openDB(t *testing.T, dsn string) *sql.DB {
+	db, err := sql.Open("mysql", dsn+"?interpolateParams=true&multiStatements=true&parseTime=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestPoolLeak(t *testing.T) {
+	srv := testenv.MySQL(t)
+	cycles := 10000
+	if raceEnabled {
+		cycles = 2000 // the race detector makes each cycle ~5× slower
+	}
+	for _, s := range []string{"forupdate", "getlock"} {
+		t.Run(s, func(t *testing.T) {
+			db := openDB(t, srv.DSN)
+			db.SetMaxOpenConns(16)
+			db.SetMaxIdleConns(16)
+			l := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
+			defer l.Close()
+			sqltest.PoolLeak(t, l, cycles,
+				func() int { return db.Stats().InUse },
+				func() int { return db.Stats().OpenConnections }, 16)
+		})
+	}
+}
+
+func TestBadTables(t *testing.T) { sqltest.BadTables(t, testenv.MySQL(t).URL) }
+
+func TestRedaction(t *testing.T) {
+	srv := testenv.MySQL(t)
+	const secret = "Wr0ng-s3cret-pw"
+	bad := strings.Replace(srv.URL, ":dlockpw@", ":"+secret+"@", 1)
+	sqltest.Redaction(t, bad, secret)
+	// The go-sql-driver form of the URL too.
+	sqltest.Redaction(t, strings.Replace(bad, "@"+srv.Addr, "@tcp("+srv.Addr+")", 1), secret)
+}
+
+func TestPausedHolderFencedWrite(t *testing.T) {
+	srv := testenv.MySQL(t)
+	ctx := t.Context()
+	db := openDB(t, srv.DSN)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id INT PRIMARY KEY, balance INT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+		INSERT IGNORE INTO accounts VALUES (1, 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sqltest.Strategies("getlock") {
+		t.Run(s, func(t *testing.T) {
+			// wait_timeout counts whole seconds.
+			sqltest.PausedHolder(t, sqltest.WithParams(srv.URL, "strategy", s), time.Second, time.Second,
+				func(ctx context.Context, token uint64) (bool, error) {
+					return mysql.FencedUpdate(ctx, db, "accounts", "fence", token, "balance = balance + ?", "id = ?", 1, 1)
+				})
+		})
+	}
+}
+
+func TestLongNames(t *testing.T) {
+	srv := testenv.MySQL(t)
+	for _, s := range sqltest.Strategies("getlock") {
+		l := sqltest.Open(t, t.Context(), sqltest.WithParams(srv.URL, "strategy", s))
+		long := strings.Repeat("é", 507) // 1014 bytes + the prefix, over GET_LOCK's 64 characters
+		for _, name := range []string{long, long[:1012] + "x", "a\x00b", "dlock#abc"} {
+			name = s + name // the strategies share the table
+			ls, err := l.TryAcquire(t.Context(), name, nil)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", s, name[:8], err)
+			}
+			defer ls.Release(t.Context())
+		}
+	}
 }

@@ -35,6 +35,14 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		start := time.Now()
 		var token int64
 		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		if err == nil && found && ctx.Err() != nil {
+			// Granted, but ctx ended meanwhile: a driver may be closing
+			// the connection right now (go-sql-driver does when ctx ends
+			// as a query finishes). Give the grant back; the caller sees
+			// ctx's error, as it would a moment later.
+			l.abort(ctx, c, r, KindBroken)
+			return nil, ctx.Err()
+		}
 		if err == nil && found {
 			p := l.newPinned(c, r, token, start)
 			if time.Since(start) > req.TTL/4 {

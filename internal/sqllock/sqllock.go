@@ -279,33 +279,32 @@ func ParseStrategy(d Dialect, s string) (Strategy, error) {
 //
 //	UPDATE table SET <set>, column = <token> WHERE (<where>) AND column <= <token>
 //
-// nargs is the number of placeholders set and where use; the token's
-// placeholders come after them. A write with a token lower than one the
-// row has seen matches no row. table may be schema-qualified; table and
-// column are validated as identifiers and quoted. It returns the SQL and
-// how many times the token must be appended to the arguments.
-func FencedSQL(d Dialect, table, column, set, where string, nargs int) (string, int, error) {
+// nargs is the number of placeholders set and where use. A write with a
+// token lower than one the row has seen matches no row. table may be
+// schema-qualified; table and column are validated as identifiers and
+// quoted. With numbered placeholders ($n) the token is argument nargs+1;
+// with positional ones (?) it is bound once, first (tokenFirst), through
+// a one-row derived table that the UPDATE joins.
+func FencedSQL(d Dialect, table, column, set, where string, nargs int) (q string, tokenFirst bool, err error) {
 	t, err := ParseTable(d, table)
 	if err != nil {
-		return "", 0, err
+		return "", false, err
 	}
 	if !identRE.MatchString(column) || len(column) > d.MaxIdent() {
-		return "", 0, fmt.Errorf("%w: %s: fence column %q is not an identifier", driver.ErrInvalidOption, d.Backend(), column)
+		return "", false, fmt.Errorf("%w: %s: fence column %q is not an identifier", driver.ErrInvalidOption, d.Backend(), column)
 	}
 	if strings.TrimSpace(where) == "" {
 		where = "TRUE"
 	}
+	if strings.TrimSpace(set) != "" {
+		set += ", "
+	}
 	col := d.Quote(column)
-	p := d.Placeholder(nargs + 1)
-	n := 1
-	if p == "?" { // positional placeholders: the token is passed twice
-		n = 2
+	if p := d.Placeholder(nargs + 1); p != "?" {
+		return fmt.Sprintf("UPDATE %s SET %s%s = %s WHERE (%s) AND %s <= %s", t.Q, set, col, p, where, col, p), false, nil
 	}
-	sep := ", "
-	if strings.TrimSpace(set) == "" {
-		sep, set = "", ""
-	}
-	return fmt.Sprintf("UPDATE %s SET %s%s%s = %s WHERE (%s) AND %s <= %s", t.Q, set, sep, col, p, where, col, p), n, nil
+	return fmt.Sprintf("UPDATE %s JOIN (SELECT ? AS dlock_token) AS dlock_f SET %s%s.%s = dlock_f.dlock_token WHERE (%s) AND %s.%s <= dlock_f.dlock_token",
+		t.Q, set, t.Q, col, where, t.Q, col), true, nil
 }
 
 // micros returns d in whole microseconds, at least 1.
