@@ -237,7 +237,7 @@ func TestReportFiles(t *testing.T) {
 	}
 	var table strings.Builder
 	rep.WriteTable(&table)
-	for _, want := range []string{"== uncontended", "== handoff w=8 hold=1ms", "== openloop 75%", "memory"} {
+	for _, want := range []string{"== uncontended", "== handoff w=8 hold=1ms", "== openloop 50%", "memory"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}

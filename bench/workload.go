@@ -105,31 +105,36 @@ func Plan(o PlanOptions) []Workload {
 		return v
 	}
 	want := func(k string) bool { return len(o.Kinds) == 0 || slices.Contains(o.Kinds, k) }
+	// -quick keeps one point of each workload's range that the charts and
+	// the note use most, and shortens every measurement.
+	mults, waiters, loads := []int{4, 16}, []int{2, 8, 32}, []float64{0.25, 0.5, 0.75}
+	if o.Quick {
+		mults, waiters, loads = []int{4}, []int{8, 32}, []float64{0.5}
+	}
 	var ws []Workload
 	if want(Uncontended) {
-		ws = append(ws, Workload{Kind: Uncontended, Clients: 1, Names: 1, Duration: d(1500*time.Millisecond, 400*time.Millisecond)})
+		ws = append(ws, Workload{Kind: Uncontended, Clients: 1, Names: 1, Duration: d(1500*time.Millisecond, 300*time.Millisecond)})
 	}
 	if want(ManyKeys) {
-		for _, m := range []int{4, 16} {
-			ws = append(ws, Workload{Kind: ManyKeys, Clients: m * p, Names: 10000, Duration: d(time.Second, 300*time.Millisecond)})
+		for _, m := range mults {
+			ws = append(ws, Workload{Kind: ManyKeys, Clients: m * p, Names: 10000, Duration: d(time.Second, 250*time.Millisecond)})
 		}
 	}
 	if want(Handoff) {
-		waiters := []int{2, 8, 32}
 		holds := []time.Duration{0, time.Millisecond}
 		for _, h := range holds {
 			for _, wn := range waiters {
 				ws = append(ws, Workload{Kind: Handoff, Clients: wn, Names: 1, Hold: h, Work: 2 * time.Millisecond,
-					Duration: d(time.Second, 300*time.Millisecond)})
+					Duration: d(time.Second, 250*time.Millisecond)})
 			}
 		}
 	}
 	if want(Fairness) {
-		ws = append(ws, Workload{Kind: Fairness, Clients: 16, Names: 1, Hold: time.Millisecond, Duration: d(2*time.Second, 500*time.Millisecond)})
+		ws = append(ws, Workload{Kind: Fairness, Clients: 16, Names: 1, Hold: time.Millisecond, Duration: d(2*time.Second, 400*time.Millisecond)})
 	}
 	if want(OpenLoop) {
-		for _, l := range []float64{0.25, 0.5, 0.75} {
-			ws = append(ws, Workload{Kind: OpenLoop, Clients: 4 * p, Names: 10000, Load: l, Duration: d(time.Second, 300*time.Millisecond)})
+		for _, l := range loads {
+			ws = append(ws, Workload{Kind: OpenLoop, Clients: 4 * p, Names: 10000, Load: l, Duration: d(time.Second, 250*time.Millisecond)})
 		}
 	}
 	return ws
