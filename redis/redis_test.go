@@ -226,37 +226,41 @@ func TestWaiterQueue(t *testing.T) {
 			ids = append(ids, hubOf(w).id)
 			time.Sleep(5 * time.Millisecond) // distinct registration times
 		}
-		queue := func() string {
+		// queueIs reports whether a quorum of the servers (all of one)
+		// hold exactly ids in the name's queue: a Redlock node that was
+		// slow to answer may have missed a registration.
+		queueIs := func(ids ...string) (bool, []string) {
 			var views []string
+			match := 0
 			for _, c := range tg.raw {
 				m, err := c.ZRange(ctx, k.queue, 0, -1).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
 				views = append(views, strings.Join(m, ","))
+				if strings.Join(m, ",") == strings.Join(ids, ",") {
+					match++
+				}
 			}
-			return strings.Join(views, " ")
+			return match >= len(tg.raw)/2+1, views
 		}
-		all := func(ids ...string) string { // the same queue on every server
-			views := make([]string, len(tg.raw))
-			for i := range views {
-				views[i] = strings.Join(ids, ",")
-			}
-			return strings.Join(views, " ")
-		}
-		if got, want := queue(), all(ids...); got != want {
-			t.Fatalf("queue %q, want %q", got, want)
+		if ok, views := queueIs(ids...); !ok {
+			t.Fatalf("queue %q, want %q", views, ids)
 		}
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := queue(), all(ids[2]); got != want {
-			t.Fatalf("after a release the queue is %q, want %q (the two oldest woken)", got, want)
+		if ok, views := queueIs(ids[2]); !ok {
+			t.Fatalf("after a release the queue is %q, want %q (the two oldest woken)", views, ids[2])
 		}
 		stops[2]()
-		for deadline := time.Now().Add(5 * time.Second); queue() != all(); time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			ok, views := queueIs()
+			if ok {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the Locker whose waiter left is still queued: %q", queue())
+				t.Fatalf("the Locker whose waiter left is still queued: %q", views)
 			}
 		}
 		stops[0]()
