@@ -112,8 +112,11 @@
 // parallel with a per-node timeout; its validity is TTL − elapsed −
 // (1% of TTL + 2ms), which is the portable layer's lease deadline
 // measured from the start of the request. A failed attempt takes its key
-// back on every node. Concurrent attempts can split the votes so that no
-// one wins; they retry after a random delay. Redlock offers no fencing
+// back on every node. A node that does not answer within node_timeout
+// has not voted: an attempt without a quorum reports ErrNotAcquired
+// (Acquire retries) unless a quorum of nodes failed outright (refused
+// connections, errors), which is an error. Concurrent attempts can split
+// the votes so that no one wins; they retry after a random delay. Redlock offers no fencing
 // (Capabilities.Fencing is false): each node counts on its own, and the
 // token (the largest count of the granting quorum) can go backwards when
 // quorums differ or a node restarts without persistence. Its safety rests
