@@ -124,7 +124,7 @@ func globEscape(s string) string {
 // Revoker and Residue; not Disconnector (a Redis lease survives a broken
 // connection: the client reconnects and refreshes, so a cut-off holder
 // keeps its lock by design) nor Restarter (tokens are not declared to
-// survive a restart; TestTokensSurviveRestartWithPersistence covers it).
+// survive a restart; TestRestartWithPersistence covers it).
 func TestConformance(t *testing.T) {
 	splitVotes := conformance.WithSkip("Redlock promises at most one winner, not exactly one: concurrent attempts on a free name can split the nodes' votes so that none reaches the quorum (each then retries after a random delay)",
 		"ConcurrentTryAcquireOneWinner")
