@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,6 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if d, err := time.ParseDuration(os.Getenv("DLOCKBENCH_TEST_STOP_GRACE")); err == nil {
+		stopGrace = d // for the child processes of TestRunProcsReportsStuckClients
+	}
 	ChildMain() // the -procs tests re-execute this binary as client parts
 	os.Exit(testenv.Run(m))
 }
@@ -36,6 +40,7 @@ func (unsafeHeld) Release(ctx context.Context) error { return nil }
 
 func init() {
 	openers["test-unsafe"] = func(ctx context.Context, t Target) (Client, error) { return unsafeLock{}, nil }
+	openers["test-stuck"] = func(ctx context.Context, t Target) (Client, error) { return stuckLock{}, nil }
 }
 
 var unsafeTarget = Target{Name: "unsafe", Kind: KindPeer, Impl: "test-unsafe", Backend: "test"}
@@ -367,11 +372,27 @@ func TestRunGivesUpOnStuckClients(t *testing.T) {
 	old := stopGrace
 	stopGrace = 100 * time.Millisecond
 	defer func() { stopGrace = old }()
-	openers["test-stuck"] = func(ctx context.Context, t Target) (Client, error) { return stuckLock{}, nil }
 	tg := Target{Name: "stuck", Kind: KindPeer, Impl: "test-stuck", Backend: "test"}
 	w := Workload{Kind: Handoff, Clients: 2, Names: 1, Duration: 50 * time.Millisecond}
 	_, err := (&Runner{}).Run(ctxT(t, time.Minute), tg, w, nil)
 	if err == nil || !strings.Contains(err.Error(), "still in acquire") {
 		t.Fatalf("Run = %v, want an error about stuck clients", err)
+	}
+}
+
+// TestRunProcsReportsStuckClients: a child process whose clients get stuck
+// reports it so that the parent can stop running that target.
+func TestRunProcsReportsStuckClients(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := Target{Name: "stuck", Kind: KindPeer, Impl: "test-stuck", Backend: "test"}
+	w := Workload{Kind: Handoff, Clients: 2, Names: 1, Duration: 50 * time.Millisecond}
+	r := &Runner{Procs: 2, Exe: exe, Stderr: os.Stderr}
+	t.Setenv("DLOCKBENCH_TEST_STOP_GRACE", "100ms")
+	_, err = r.Run(ctxT(t, time.Minute), tg, w, nil)
+	if !errors.Is(err, ErrStuck) {
+		t.Fatalf("Run = %v, want an error wrapping ErrStuck", err)
 	}
 }

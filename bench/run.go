@@ -131,6 +131,24 @@ func waitDone(done <-chan struct{}, d time.Duration) bool {
 	}
 }
 
+// firstErr returns the first error and how many clients failed.
+func firstErr(errs []error) error {
+	var first error
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	if n > 1 {
+		return fmt.Errorf("%w (and %d more clients)", first, n-1)
+	}
+	return first
+}
+
 // goDone runs wg.Wait in a goroutine and closes the returned channel.
 func goDone(wg *sync.WaitGroup) <-chan struct{} {
 	done := make(chan struct{})
@@ -168,7 +186,7 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := firstErr(errs); err != nil {
 		closeAll()
 		if cctx.Err() != nil && ctx.Err() == nil {
 			return nil, fmt.Errorf("bench: %s: %w: connecting and warming up %d clients took over %v: %w", p.Target.Name, ErrStuck, p.Count, connectTimeout, err)
@@ -529,10 +547,10 @@ func (r *Runner) runChildren(ctx context.Context, base Part, procs int, chkPath 
 			c.wait <- err
 			return "", fmt.Errorf("bench: client process ended early: %v", err)
 		}
+		if err := childErr(line); err != nil {
+			return "", err
+		}
 		if want != "" && line != want {
-			if msg, ok := strings.CutPrefix(line, "error "); ok {
-				return "", errors.New(msg)
-			}
 			return "", fmt.Errorf("bench: client process said %q, want %q", line, want)
 		}
 		return line, nil
@@ -571,6 +589,18 @@ func (r *Runner) runChildren(ctx context.Context, base Part, procs int, chkPath 
 	return out, nil
 }
 
+// childErr turns a child's "error …" line back into an error (nil for
+// any other line).
+func childErr(line string) error {
+	if msg, ok := strings.CutPrefix(line, "error stuck "); ok {
+		return fmt.Errorf("%w: %s", ErrStuck, msg)
+	}
+	if msg, ok := strings.CutPrefix(line, "error "); ok {
+		return errors.New(msg)
+	}
+	return nil
+}
+
 // ChildMain runs this process as a client part when the environment says
 // so (see Runner.Procs), and exits; otherwise it returns at once. Call it
 // first thing in main (and in TestMain of tests that run -procs).
@@ -584,7 +614,11 @@ func ChildMain() {
 func child(stdin io.Reader, stdout io.Writer) int {
 	in := bufio.NewReaderSize(stdin, 1<<16)
 	fail := func(err error) int {
-		fmt.Fprintf(stdout, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		kind := "error "
+		if errors.Is(err, ErrStuck) {
+			kind = "error stuck "
+		}
+		fmt.Fprintf(stdout, "%s%s\n", kind, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 1
 	}
 	line, err := in.ReadString('\n')
