@@ -27,6 +27,9 @@ type Result struct {
 	// FencedViolations is the number of violations the fenced-mutex
 	// checker found (-1: not checked; FencedNote says why).
 	FencedViolations int    `json:"fenced_violations"`
+	// Fencing is the backend's Capabilities.Fencing: without it only the
+	// mutex part is checked and violations are not failures.
+	Fencing bool `json:"fencing"`
 	FencedNote       string `json:"fenced_note,omitempty"`
 	// Visualization is the file with porcupine's visualisation of a
 	// failing history ("" when none).
@@ -81,7 +84,7 @@ func slack(ttl time.Duration) time.Duration { return max(time.Second, ttl) }
 func analyse(h *History, cfg Config) *Result {
 	res := &Result{
 		Backend: cfg.Target.Backend, Clients: cfg.Clients, TTL: cfg.TTL, Duration: cfg.Duration,
-		History: h, FencedViolations: -1,
+		History: h, FencedViolations: -1, Fencing: cfg.Target.Caps.Fencing,
 	}
 	f := cfg.Fault
 	if f != nil {
@@ -192,7 +195,9 @@ func analyse(h *History, cfg Config) *Result {
 // failures lists what the short mode asserts and this run broke.
 func failures(r *Result) []string {
 	var out []string
-	if r.FencedViolations > 0 && !r.Unsafe {
+	// Without fencing (Capabilities.Fencing false: Redlock) nothing stops a
+	// paused holder's late write, so violations are reported, not failed.
+	if r.FencedViolations > 0 && !r.Unsafe && r.Fencing {
 		out = append(out, fmt.Sprintf("%d fenced violations", r.FencedViolations))
 	}
 	if r.SignalExpected && r.Signalled < r.Lost {

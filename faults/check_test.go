@@ -88,4 +88,7 @@ func TestFencedOps(t *testing.T) {
 	if res.Visualization == "" {
 		t.Error("no visualisation written for the failing history")
 	}
+	if len(res.Failures) == 0 {
+		t.Error("a fenced violation on a fencing backend must fail the run")
+	}
 }

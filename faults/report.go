@@ -56,6 +56,9 @@ func (r *Result) cells() []string {
 	fenced := "n/a"
 	if r.FencedViolations >= 0 {
 		fenced = fmt.Sprint(r.FencedViolations)
+		if !r.Fencing {
+			fenced += " (no fencing)"
+		}
 	}
 	overlap := "0"
 	if r.Overlaps > 0 {
@@ -85,6 +88,8 @@ func (r *Result) cells() []string {
 		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
 	} else if r.Unsafe {
 		verdict = "ok (unsafe by design)"
+	} else if r.FencedViolations > 0 {
+		verdict = "ok (no fencing declared)"
 	}
 	return []string{
 		r.Backend, r.Fault, fmt.Sprint(r.Ops), fmt.Sprint(r.Injections),

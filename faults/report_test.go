@@ -14,13 +14,13 @@ func TestReportFormats(t *testing.T) {
 	dir := t.TempDir()
 	rep := NewReport("dlockchaos -backend redis")
 	rep.Results = []*Result{
-		{Backend: "redis", Fault: "kill", Ops: 10, Injections: 1, FencedViolations: 0,
+		{Backend: "redis", Fault: "kill", Ops: 10, Injections: 1, FencedViolations: 0, Fencing: true,
 			Recoveries: []time.Duration{400 * time.Millisecond}, RecoveryP50: 400 * time.Millisecond,
 			RecoveryMax: 400 * time.Millisecond, RecoveryBound: 500 * time.Millisecond},
-		{Backend: "redis", Fault: "failover", Ops: 12, Injections: 1, FencedViolations: 1, Unsafe: true,
+		{Backend: "redis", Fault: "failover", Ops: 12, Injections: 1, FencedViolations: 1, Unsafe: true, Fencing: true,
 			Overlaps: 2, LongestOverlap: 150 * time.Millisecond, Lost: 2, Signalled: 1,
 			Visualization: filepath.Join(dir, "fenced-redis-failover-1.html")},
-		{Backend: "mysql/forupdate", Fault: "restart", Ops: 9, Injections: 1, FencedViolations: 1,
+		{Backend: "mysql/forupdate", Fault: "restart", Ops: 9, Injections: 1, FencedViolations: 1, Fencing: true,
 			Failures: []string{"1 fenced violations"}},
 	}
 	rep.Skipped = []string{"zookeeper: not installed"}
