@@ -26,11 +26,11 @@ type Result struct {
 
 	// FencedViolations is the number of violations the fenced-mutex
 	// checker found (-1: not checked; FencedNote says why).
-	FencedViolations int    `json:"fenced_violations"`
+	FencedViolations int `json:"fenced_violations"`
 	// Fencing is the backend's Capabilities.Fencing: without it only the
 	// mutex part is checked and violations are not failures.
-	Fencing bool `json:"fencing"`
-	FencedNote       string `json:"fenced_note,omitempty"`
+	Fencing    bool   `json:"fencing"`
+	FencedNote string `json:"fenced_note,omitempty"`
 	// Visualization is the file with porcupine's visualisation of a
 	// failing history ("" when none).
 	Visualization string `json:"visualization,omitempty"`
