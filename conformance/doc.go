@@ -105,10 +105,10 @@
 //     expiry or revocation, and across a server restart where the backend
 //     keeps them.
 //   - LossSignalled: When the server drops a lease, Done closes and Err wraps
-//     ErrLockLost within the TTL plus slack; a lease that expires unrefreshed
-//     ends (its deadline passes) no later than the server grants the lock to
-//     another client; a holder cut off from the server is told before another
-//     client is granted the lock.
+//     ErrLockLost within the keep-alive interval (TTL/3) plus slack; a lease
+//     that expires unrefreshed ends (its deadline passes) no later than the
+//     server grants the lock to another client; a holder cut off from the
+//     server is told before another client is granted the lock.
 //   - Reentrancy: With an Owner, a second Acquire by the same Owner on the
 //     same Locker returns at once and must be released twice; other owners,
 //     and the same Owner on another Locker (another client), are excluded

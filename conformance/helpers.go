@@ -13,6 +13,11 @@ import (
 // keep-alive.
 func (c *caseT) opts() *dlock.AcquireOptions { return &dlock.AcquireOptions{TTL: c.ttl()} }
 
+// holdOpts returns options for a holder whose lease length is not under
+// test: 5×TTL with keep-alive, so that a keep-alive starved on a loaded
+// machine does not end it during the case.
+func (c *caseT) holdOpts() *dlock.AcquireOptions { return &dlock.AcquireOptions{TTL: 5 * c.ttl()} }
+
 // noKeepAlive returns options for a lease of the base TTL that is never
 // refreshed.
 func (c *caseT) noKeepAlive() *dlock.AcquireOptions {

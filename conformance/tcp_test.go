@@ -281,7 +281,7 @@ func tcpMaker(t *testing.T) conformance.HarnessMaker {
 // cross-process cases (the children reach the server over TCP).
 func TestTCPDriverPasses(t *testing.T) {
 	t.Parallel()
-	conformance.Run(t, tcpMaker(t))
+	conformance.Run(t, tcpMaker(t), conformance.WithSlack(time.Second))
 }
 
 // Check (without a *testing.T) runs the cross-process cases too under go
