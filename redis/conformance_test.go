@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +23,12 @@ type harness struct {
 	prefix string
 }
 
-func newHarness(tg *target) *harness {
-	return &harness{tg: tg, prefix: "dlockct:" + strings.ToLower(rand.Text()[:10]) + ":"}
+func newHarness(tg *target) conformance.Harness {
+	h := &harness{tg: tg, prefix: "dlockct:" + strings.ToLower(rand.Text()[:10]) + ":"}
+	if tg.addrs == nil {
+		return h
+	}
+	return &cutHarness{harness: h, proxies: map[*dlock.Locker]*proxies{}}
 }
 
 func (h *harness) URL() string {
@@ -105,6 +111,111 @@ func (h *harness) Residue(ctx context.Context, name string) (int, error) {
 	return left, nil
 }
 
+// cutHarness adds Disconnector: each Locker reaches the servers through
+// in-process TCP proxies of its own, which Disconnect cuts for good (open
+// connections closed, new ones refused). A Cluster has no cutHarness: its
+// client learns the nodes' own addresses and would go around the proxies.
+// (The faults package's proxies cannot be used: it imports this package.)
+type cutHarness struct {
+	*harness
+	mu      sync.Mutex
+	proxies map[*dlock.Locker]*proxies
+}
+
+func (h *cutHarness) NewLocker(ctx context.Context) (*dlock.Locker, error) {
+	ps, err := newProxies(h.tg.addrs)
+	if err != nil {
+		return nil, err
+	}
+	url := h.URL()
+	for i, a := range h.tg.addrs {
+		url = strings.Replace(url, a, ps.addrs[i], 1)
+	}
+	l, err := dlock.Open(ctx, url)
+	if err != nil {
+		ps.Close()
+		return nil, err
+	}
+	h.mu.Lock()
+	h.proxies[l] = ps
+	h.mu.Unlock()
+	return l, nil
+}
+
+func (h *cutHarness) Disconnect(ctx context.Context, l *dlock.Locker) error {
+	h.mu.Lock()
+	ps := h.proxies[l]
+	h.mu.Unlock()
+	if ps == nil {
+		return fmt.Errorf("redis harness: not a Locker of this harness")
+	}
+	ps.Close()
+	return nil
+}
+
+// proxies are loopback TCP proxies, one per upstream address.
+type proxies struct {
+	addrs []string
+	lns   []net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newProxies(upstreams []string) (*proxies, error) {
+	ps := &proxies{}
+	for _, up := range upstreams {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			ps.Close()
+			return nil, err
+		}
+		ps.lns = append(ps.lns, ln)
+		ps.addrs = append(ps.addrs, ln.Addr().String())
+		go ps.serve(ln, up)
+	}
+	return ps, nil
+}
+
+func (ps *proxies) serve(ln net.Listener, up string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", up)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		ps.mu.Lock()
+		ps.conns = append(ps.conns, c, u)
+		ps.mu.Unlock()
+		go func() { io.Copy(u, c); u.Close() }()
+		go func() { io.Copy(c, u); c.Close() }()
+	}
+}
+
+// Close refuses new connections and closes the open ones.
+func (ps *proxies) Close() {
+	for _, ln := range ps.lns {
+		ln.Close()
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, c := range ps.conns {
+		c.Close()
+	}
+}
+
+func (h *cutHarness) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ps := range h.proxies {
+		ps.Close()
+	}
+	return nil
+}
+
 // globEscape quotes the glob characters of KEYS/SCAN MATCH.
 func globEscape(s string) string {
 	var b strings.Builder
@@ -121,10 +232,9 @@ func globEscape(s string) string {
 // TestConformance runs the suite against a single server, a 3-master
 // cluster and Redlock over 3 and 5 nodes (servers shared by the test
 // binary, each harness on its own key prefix). The harnesses implement
-// Revoker and Residue; not Disconnector (a Redis lease survives a broken
-// connection: the client reconnects and refreshes, so a cut-off holder
-// keeps its lock by design) nor Restarter (tokens are not declared to
-// survive a restart; TestRestartWithPersistence covers it).
+// Revoker and Residue, and Disconnector except on the cluster; not
+// Restarter (tokens are not declared to survive a restart;
+// TestRestartWithPersistence covers it).
 func TestConformance(t *testing.T) {
 	splitVotes := conformance.WithSkip("Redlock promises at most one winner, not exactly one: concurrent attempts on a free name can split the nodes' votes so that none reaches the quorum (each then retries after a random delay)",
 		"ConcurrentTryAcquireOneWinner")

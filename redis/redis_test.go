@@ -21,6 +21,7 @@ import (
 type target struct {
 	name    string
 	url     string
+	addrs   []string                  // the servers' addresses as the URL names them (nil for a cluster, whose client learns the nodes' own)
 	raw     []goredis.UniversalClient // one per server (one ClusterClient for a cluster)
 	redlock bool
 }
@@ -46,7 +47,7 @@ func rawClient(t testing.TB, addr string) *goredis.Client {
 
 func singleTarget(t testing.TB) *target {
 	s := testenv.Redis(t)
-	return &target{name: "single", url: s.URL, raw: []goredis.UniversalClient{rawClient(t, s.Addr)}}
+	return &target{name: "single", url: s.URL, addrs: []string{s.Addr}, raw: []goredis.UniversalClient{rawClient(t, s.Addr)}}
 }
 
 func clusterTarget(t testing.TB) *target {
@@ -69,6 +70,7 @@ func redlockOn(t testing.TB, nodes []*testenv.Server) *target {
 		tg.raw = append(tg.raw, rawClient(t, s.Addr))
 	}
 	tg.url = "redlock://" + strings.Join(addrs, ",")
+	tg.addrs = addrs
 	return tg
 }
 
