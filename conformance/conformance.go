@@ -428,7 +428,7 @@ func (c *caseT) measureRTT(l *dlock.Locker) time.Duration {
 	best := time.Duration(1<<63 - 1)
 	for range 5 {
 		start := time.Now()
-		ls, err := l.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: c.cfg.ttl})
+		ls, err := l.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: 5 * c.cfg.ttl})
 		d := time.Since(start)
 		if err != nil {
 			c.Fatalf("TryAcquire of a free name %q: %v", name, err)
