@@ -246,7 +246,9 @@ func runCase(ctx context.Context, mk HarnessMaker, cs testCase, cfg *config) res
 		c.h = h
 		c.mu.Unlock()
 		l := c.Locker()
+		c.mu.Lock()
 		c.caps = l.Capabilities()
+		c.mu.Unlock()
 		for _, nd := range cs.needs {
 			if reason := nd(c); reason != "" {
 				c.Skipf("%s", reason)
