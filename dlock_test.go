@@ -641,3 +641,69 @@ func TestCloseEndsWaiters(t *testing.T) {
 		}
 	}
 }
+
+func TestReentrantReleaseAfterLoss(t *testing.T) {
+	ctx := testCtx(t)
+	ns := memory.NewNamespace()
+	l := memory.OpenLocker(ns)
+	defer l.Close()
+	own := &dlock.AcquireOptions{Owner: "x"}
+	outer, _ := l.Acquire(ctx, "rl", own)
+	inner, err := l.Acquire(ctx, "rl", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Revoke("rl")
+	<-outer.Done()
+	if err := inner.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("inner Release of a lost reentrant lease = %v; want ErrNotHeld", err)
+	}
+	if err := outer.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("outer Release of a lost lease = %v; want ErrNotHeld", err)
+	}
+}
+
+func TestTryAcquireNeverWaitsBehindOwnAcquire(t *testing.T) {
+	ctx := testCtx(t)
+	ns := memory.NewNamespace()
+	l, other := memory.OpenLocker(ns), memory.OpenLocker(ns)
+	defer l.Close()
+	defer other.Close()
+	held, _ := other.Acquire(ctx, "tw", nil)
+	own := &dlock.AcquireOptions{Owner: "x"}
+	go l.Acquire(ctx, "tw", own) // blocks behind other
+	for ns.Waiters("tw") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if _, err := l.TryAcquire(ctx, "tw", own); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire = %v; want ErrNotAcquired", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("TryAcquire waited %v behind the owner's own Acquire", d)
+	}
+	held.Release(ctx)
+}
+
+func TestMemoryExpiredHolderNeverDoubleGranted(t *testing.T) {
+	ctx := testCtx(t)
+	ns := memory.NewNamespace()
+	a, b, c := memory.OpenLocker(ns), memory.OpenLocker(ns), memory.OpenLocker(ns)
+	defer a.Close()
+	defer b.Close()
+	defer c.Close()
+	for i := 0; i < 100; i++ {
+		name := fmt.Sprintf("x%d", i)
+		if _, err := a.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: 3 * time.Millisecond, NoKeepAlive: true}); err != nil {
+			t.Fatal(err)
+		}
+		var ls *dlock.Lease
+		for ls == nil { // spin so that the expiry is found before its timer fires
+			ls, _ = b.TryAcquire(ctx, name, nil)
+		}
+		if third, err := c.TryAcquire(ctx, name, nil); err == nil {
+			t.Fatalf("%s granted to two clients (tokens %d and %d)", name, ls.Token(), third.Token())
+		}
+		ls.Release(ctx)
+	}
+}

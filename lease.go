@@ -133,8 +133,12 @@ func (ls *Lease) Release(ctx context.Context) error {
 	h.mu.Lock()
 	h.count--
 	if h.count > 0 {
+		lost := h.err
 		h.mu.Unlock()
 		h.l.mu.Unlock()
+		if lost != nil {
+			return fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, lost)
+		}
 		return nil
 	}
 	prior := h.err

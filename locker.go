@@ -157,10 +157,19 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 		}
 		l.mu.Unlock()
 	}()
-	select {
-	case slot.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if wait {
+		select {
+		case slot.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	} else {
+		// One attempt never waits behind this owner's own blocked Acquire.
+		select {
+		case slot.sem <- struct{}{}:
+		default:
+			return nil, fmt.Errorf("dlock: %s %q: %w (this owner's own Acquire is waiting for it)", op, name, ErrNotAcquired)
+		}
 	}
 	defer func() { <-slot.sem }()
 

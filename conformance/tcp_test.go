@@ -82,21 +82,6 @@ func unhex(s string) string {
 	return string(b)
 }
 
-// awaitExpiryTimer works around a memory driver bug: a TryAcquire that
-// finds the holder expired before memory's expiry timer fired grants the
-// lock into a state already deleted from the namespace (a double grant).
-// It waits for the timer when the holder's lease is about to end.
-func (s *lockServer) awaitExpiryTimer(ctx context.Context, name string) {
-	insp := s.drv.(driver.Inspector)
-	for range 100 {
-		info, err := insp.Inspect(ctx, name)
-		if err != nil || !info.Held || info.TTL > 2*time.Millisecond {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func (s *lockServer) handle(f []string) string {
 	ctx := context.Background()
 	if len(f) < 2 {
@@ -109,7 +94,6 @@ func (s *lockServer) handle(f []string) string {
 	switch {
 	case f[0] == "try" && len(f) == 4:
 		req := driver.Request{Name: unhex(f[1]), TTL: time.Duration(num(2)), Owner: unhex(f[3])}
-		s.awaitExpiryTimer(ctx, req.Name)
 		ls, err := s.drv.TryAcquire(ctx, req)
 		var na *driver.NotAcquiredError
 		switch {

@@ -174,7 +174,9 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	st := ns.stateLocked(req.Name)
-	ns.expireLocked(st)
+	if ns.expireLocked(st) {
+		st = ns.stateLocked(req.Name) // the expiry may have dropped st
+	}
 	if st.holder != nil {
 		return nil, &driver.NotAcquiredError{RetryAfter: time.Until(st.expires)}
 	}
@@ -188,7 +190,9 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	ns := l.ns
 	ns.mu.Lock()
 	st := ns.stateLocked(req.Name)
-	ns.expireLocked(st)
+	if ns.expireLocked(st) {
+		st = ns.stateLocked(req.Name) // the expiry may have dropped st
+	}
 	if st.holder == nil {
 		ls := ns.grantLocked(req, st)
 		ns.mu.Unlock()
@@ -229,14 +233,16 @@ func (ns *Namespace) stateLocked(name string) *state {
 
 // expireLocked drops a holder whose TTL has run out but whose timer has not
 // fired yet.
-func (ns *Namespace) expireLocked(st *state) {
+func (ns *Namespace) expireLocked(st *state) bool {
 	if ls := st.holder; ls != nil && !time.Now().Before(st.expires) {
 		ns.dropLocked(ls.name, st)
+		return true
 	}
+	return false
 }
 
 func (ns *Namespace) gcLocked(name string, st *state) {
-	if st.holder == nil && st.waiters.Len() == 0 {
+	if st.holder == nil && st.waiters.Len() == 0 && ns.locks[name] == st {
 		delete(ns.locks, name)
 	}
 }

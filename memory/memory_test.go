@@ -40,7 +40,5 @@ func (h harness) Residue(_ context.Context, name string) (int, error) {
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(context.Context) (conformance.Harness, error) {
 		return harness{memory.NewNamespace()}, nil
-	}, conformance.WithSkip("memory.go bug: a TryAcquire that finds the holder expired before the expiry timer fired "+
-		"grants the lock into a state that expireLocked has just deleted from the namespace, so a third client is granted it too; "+
-		"remove this skip when memory.go re-reads the state after expireLocked", "ExpiryHandOver"))
+	})
 }
