@@ -362,7 +362,9 @@ func caseOneWinner(c *caseT) {
 			l := lockers[i%nLockers]
 			wg.Go(func() {
 				<-start
-				ls, err := l.TryAcquire(ctx, name, c.opts())
+				// holdOpts: a winner whose keep-alive starves while 100
+				// calls share the pool must not expire within the round.
+				ls, err := l.TryAcquire(ctx, name, c.holdOpts())
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
