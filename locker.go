@@ -241,7 +241,9 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		return nil, wrap(op, name, ctx, err)
 	}
 	if g, ok := dl.(driver.Granted); ok {
-		if t := g.GrantedAt(); !t.IsZero() && t.After(start) {
+		// A grant time earlier than the request (a server-side hand-off
+		// to a queued waiter) only makes the deadline more conservative.
+		if t := g.GrantedAt(); !t.IsZero() {
 			start = t
 		}
 	}

@@ -98,4 +98,4 @@ func (l *Locker) validateName(name string) error {
 // drift is the safety margin subtracted from a lease's TTL when the local
 // deadline is computed: 1% of the TTL plus 2ms, as in Redlock, for clock
 // rate differences and the time a release takes to reach the server.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+func drift(ttl time.Duration) time.Duration { return driver.Drift(ttl) }

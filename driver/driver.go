@@ -143,9 +143,12 @@ type Granted interface {
 // between the try and the wait is not missed.
 type Watcher interface {
 	// Watch registers interest in releases of name. The returned channel
-	// receives a value (or is closed) after a release of name that happened
-	// after Watch returned; spurious wake-ups are allowed, missed ones must
-	// be rare (the portable layer also waits on a fallback timer). stop
+	// receives a value after a release of name that happened after an
+	// attempt of this Locker failed after Watch returned. A driver may wake
+	// only some watchers per release (a queue), as long as each release
+	// wakes at least one registered watcher. Spurious wake-ups are allowed,
+	// missed ones must be rare (the portable layer also waits on a fallback
+	// timer). A closed channel makes the portable layer poll instead. stop
 	// unregisters and must be called exactly once.
 	Watch(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
 }
@@ -208,6 +211,12 @@ type Capabilities struct {
 	// Notes are free-form remarks for the capability table.
 	Notes string
 }
+
+// Drift is the safety margin the portable layer subtracts from a TTL when
+// it computes a lease's local deadline: 1% of the TTL plus 2ms, as in
+// Redlock's validity rule, for clock-rate differences and the time a
+// request takes to reach the server.
+func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // ReleaseAfterTTL is the value of Capabilities.ReleaseOnCrash for backends
 // whose locks outlive a dead holder by at most the lease TTL.

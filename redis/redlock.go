@@ -113,11 +113,10 @@ func (r *redlock) Watch(ctx context.Context, name string) (<-chan struct{}, func
 	return r.hub.watch(ctx, keysFor(r.prefix, name))
 }
 
-// drift is the clock drift margin of Redlock's validity rule, 1% of the TTL
-// plus 2ms: the same margin the portable layer takes off its deadline
-// (start + TTL - drift), so that a grant this driver accepts is one whose
-// portable deadline is still ahead.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// drift is the clock drift margin of Redlock's validity rule: the portable
+// layer's own (driver.Drift), so a grant this driver accepts is one whose
+// local deadline (start + TTL - drift) has not passed.
+func drift(ttl time.Duration) time.Duration { return driver.Drift(ttl) }
 
 // outcome is one node's answer.
 type outcome struct {
