@@ -215,6 +215,20 @@ func (h *hold) refresh(ctx context.Context) error {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
+	if lost := h.dl.Lost(); lost != nil {
+		// A refresh blocked on a broken connection must not keep the hold
+		// from seeing the driver's loss signal.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-lost:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	start := time.Now()
 	err := h.dl.Refresh(ctx, h.ttl)
 	if err != nil {
