@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -12,54 +13,94 @@ import (
 // sqllock. Session state travels in user variables (@dlock_*), so that a
 // multi-statement script needs no procedure. Times are UTC_TIMESTAMP(6):
 // the server's clock, independent of the session's time zone.
-type dialect struct{}
+//
+// Tokens: on MariaDB (10.3 or later) a SEQUENCE, whose NEXTVAL is never
+// rolled back and costs no table write; on MySQL 8, which has none, an
+// AUTO_INCREMENT table whose values are never rolled back either (a row
+// inserted and deleted at once per token). Probe tells them apart.
+type dialect struct{ mariadb bool }
 
 type stmts = []sqllock.Stmt
 
 func st(sql string, args ...any) sqllock.Stmt { return sqllock.Stmt{SQL: sql, Args: args} }
 
-func (dialect) Backend() string                 { return "mysql" }
-func (dialect) NativeStrategy() string          { return "getlock" }
-func (dialect) Quote(ident string) string       { return "`" + ident + "`" }
-func (dialect) MaxIdent() int                   { return 64 }
-func (dialect) Placeholder(int) string          { return "?" }
-func (dialect) Classify(err error) sqllock.Kind { return classify(err) }
+func (*dialect) Backend() string                 { return "mysql" }
+func (*dialect) NativeStrategy() string          { return "getlock" }
+func (*dialect) Quote(ident string) string       { return "`" + ident + "`" }
+func (*dialect) MaxIdent() int                   { return 64 }
+func (*dialect) Placeholder(int) string          { return "?" }
+func (*dialect) Classify(err error) sqllock.Kind { return classify(err) }
 
 // ValidateName accepts every name: the column is VARBINARY(1024).
-func (dialect) ValidateName(string) error { return nil }
+func (*dialect) ValidateName(string) error { return nil }
 
-func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
-	return stmts{
-		st("CREATE TABLE IF NOT EXISTS " + t.Q + ` (
+// Probe learns whether the server is MariaDB.
+func (d *dialect) Probe(ctx context.Context, p sqllock.Pool) error {
+	var v string
+	if _, err := p.Run(ctx, stmts{st("SELECT VERSION()")}, &v); err != nil {
+		return err
+	}
+	d.mariadb = strings.Contains(strings.ToLower(v), "mariadb")
+	return nil
+}
+
+// Migrate creates the table and the counter when information_schema
+// does not list them. CREATE … IF NOT EXISTS on an existing table waits
+// for the metadata locks of open transactions (every held forupdate
+// lease): it runs only when something is missing, through PREPARE.
+func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
+	counter := "CREATE TABLE IF NOT EXISTS " + t.Seq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
+	if d.mariadb {
+		counter = "CREATE SEQUENCE IF NOT EXISTS " + t.Seq
+	}
+	table := "CREATE TABLE IF NOT EXISTS " + t.Q + ` (
 	name VARBINARY(1024) NOT NULL PRIMARY KEY,
 	fence BIGINT NOT NULL DEFAULT 0,
 	owner VARBINARY(1024) NOT NULL DEFAULT '',
 	acquired_at DATETIME(6) NULL,
 	expires_at DATETIME(6) NULL,
-	session BIGINT NULL) ENGINE=InnoDB`),
-		// The token counter: an AUTO_INCREMENT is never rolled back, and
-		// InnoDB keeps it across restarts (MySQL 8, MariaDB 10.2.4+). Each
-		// token's row is deleted at once: the table stays empty.
-		st("CREATE TABLE IF NOT EXISTS " + t.Seq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"),
+	session BIGINT NULL) ENGINE=InnoDB`
+	schema, name := "DATABASE()", t.Raw
+	if db, n, ok := strings.Cut(t.Raw, "."); ok {
+		schema, name = literal(db), n
 	}
+	out := stmts{st("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema +
+		" AND TABLE_NAME IN (" + literal(name) + ", " + literal(name+sqllock.SeqSuffix) + ")")}
+	for _, ddl := range []string{table, counter} {
+		out = append(out,
+			st("SET @dlock_ddl = IF(@dlock_m < 2, "+literal(ddl)+", 'DO 0')"),
+			st("PREPARE dlock_ddl FROM @dlock_ddl"),
+			st("EXECUTE dlock_ddl"),
+			st("DEALLOCATE PREPARE dlock_ddl"))
+	}
+	return out
+}
+
+// literal quotes s as a string literal (s is SQL this package wrote).
+func literal(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
 }
 
 // EnsureRow creates name's row. The existence check is a plain read, so
 // a holder's lock on an existing row is not waited for; only a row created
 // and locked by another client in the meantime makes the INSERT wait. The
 // wait is innodb_lock_wait_timeout = 0: no wait on MariaDB, the minimum
-// of 1s on MySQL 8. The session's value is saved in @dlock_lw for the
-// restore that follows (Lock's and Abort's).
-func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+// of 1s on MySQL 8. The session's value is saved in @dlock_lw and
+// restored at the end (on an error, by Abort's restore).
+func (*dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{
 		st("SET @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout), SESSION innodb_lock_wait_timeout = 0"),
 		st("SELECT COUNT(*) INTO @dlock_e FROM "+t.Q+" WHERE name = ?", r.Name),
 		st("INSERT IGNORE INTO "+t.Q+" (name) SELECT ? FROM DUAL WHERE @dlock_e = 0", r.Name),
+		restore,
 	}
 }
 
 // token takes the next counter value into @dlock_t when cond holds.
-func token(t sqllock.Table, cond string) []sqllock.Stmt {
+func (d *dialect) token(t sqllock.Table, cond string) []sqllock.Stmt {
+	if d.mariadb {
+		return stmts{st("SET @dlock_t = IF(" + cond + ", NEXTVAL(" + t.Seq + "), NULL)")}
+	}
 	return stmts{
 		st("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE " + cond),
 		st("SET @dlock_t = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
@@ -95,7 +136,7 @@ func session(r sqllock.Req) sqllock.Stmt {
 var restore = st("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
 	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL")
 
-func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (d *dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		nowait := ""
 		if r.NoWait {
@@ -103,7 +144,7 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		}
 		out := stmts{session(r), st("START TRANSACTION"),
 			st("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name)}
-		out = append(out, token(t, "@dlock_f IS NOT NULL")...)
+		out = append(out, d.token(t, "@dlock_f IS NOT NULL")...)
 		return append(out,
 			st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
 				r.Owner, r.Name),
@@ -116,51 +157,50 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			timeout = r.Wait.Seconds()
 		}
 	}
-	out := stmts{session(r), st("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout), st("START TRANSACTION")}
-	out = append(out, token(t, "@dlock_g = 1")...)
-	return append(out,
-		st("INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, @dlock_t, ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_t IS NOT NULL"+
-			" ON DUPLICATE KEY UPDATE fence = VALUES(fence), owner = VALUES(owner), acquired_at = VALUES(acquired_at), expires_at = NULL, session = VALUES(session)",
-			r.Name, r.Owner),
-		st("COMMIT"),
-		st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+	// GET_LOCK's holder needs no row: the token alone is written nowhere
+	// but the counter.
+	out := stmts{session(r), st("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout)}
+	out = append(out, d.token(t, "@dlock_g = 1")...)
+	return append(out, st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 }
 
-func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (*dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		return stmts{st("ROLLBACK"), restore}
 	}
-	return stmts{st("ROLLBACK"), st("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
+	return stmts{st("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
 }
 
-func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (*dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		return stmts{st("SELECT TRUE")}
 	}
 	return stmts{st("SELECT IFNULL(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)", lockKey(r.Name))}
 }
 
-func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (*dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		return stmts{st("COMMIT"), restore}
 	}
 	return stmts{restore, st("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
 }
 
-func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	out := append((dialect{}).EnsureRow(t, r), restore,
-		st("SET @dlock_r = NULL, @dlock_t = NULL"),
+// VersionAcquire returns no row when name has no row yet.
+func (d *dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	out := stmts{
+		st("SET @dlock_r = NULL, @dlock_t = NULL, @dlock_x = NULL"),
 		st("START TRANSACTION"),
-		st("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) INTO @dlock_r FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name))
-	out = append(out, token(t, "@dlock_r IS NULL OR @dlock_r <= 0")...)
+		st("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 1 INTO @dlock_r, @dlock_x FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name),
+	}
+	out = append(out, d.token(t, "@dlock_x = 1 AND (@dlock_r IS NULL OR @dlock_r <= 0)")...)
 	return append(out,
 		st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = NULL"+
 			" WHERE name = ? AND @dlock_t IS NOT NULL", r.Owner, sqllock.Micros(r.TTL), r.Name),
 		st("COMMIT"),
-		st("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL)"))
+		st("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL) FROM DUAL WHERE @dlock_x = 1"))
 }
 
-func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (*dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{
 		st("UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
 			sqllock.Micros(r.TTL), r.Name, r.Token),
@@ -168,18 +208,22 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	}
 }
 
-func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (*dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{
 		st("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
 		st("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
 	}
 }
 
-func (dialect) Admin(t sqllock.Table) sqllock.Admin {
+func (*dialect) Admin(t sqllock.Table) sqllock.Admin {
 	return sqllock.Admin{
-		// The forupdate holder's row is uncommitted: read it dirty.
-		Holder: []string{"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "SELECT session FROM " + t.Q + " WHERE name = ? AND session IS NOT NULL"},
+		// GET_LOCK's holder, else the forupdate holder's session from its
+		// uncommitted row, read dirty. Every placeholder is the name.
+		Holder: []string{"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
+			"SELECT COALESCE(IS_USED_LOCK(IF(CHAR_LENGTH(?) <= 64 AND LEFT(?, 6) <> 'dlock#', ?, CONCAT('dlock#', LEFT(SHA2(?, 256), 58))))," +
+				" (SELECT session FROM " + t.Q + " WHERE name = ? AND session IS NOT NULL))"},
 		Kill:   "KILL ?",
+		Alive:  "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
 		Expire: "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = ?",
 		// Sessions waiting for a row lock (InnoDB's LOCK WAIT) or in
 		// GET_LOCK ("User lock"), other than the one asking.

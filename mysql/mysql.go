@@ -106,7 +106,7 @@ func (o *Options) config(db *sql.DB, owned bool) (sqllock.Config, error) {
 	if o == nil {
 		o = &Options{}
 	}
-	d := dialect{}
+	d := &dialect{}
 	s, err := sqllock.ParseStrategy(d, o.Strategy)
 	if err != nil {
 		return sqllock.Config{}, err
@@ -258,7 +258,7 @@ type Execer interface {
 // write. MySQL counts only changed rows unless the DSN has
 // clientFoundRows=true: a repeated identical write reports false.
 func FencedUpdate(ctx context.Context, db Execer, table, fenceColumn string, token uint64, set, where string, args ...any) (bool, error) {
-	q, _, err := sqllock.FencedSQL(dialect{}, table, fenceColumn, set, where, len(args))
+	q, _, err := sqllock.FencedSQL(&dialect{}, table, fenceColumn, set, where, len(args))
 	if err != nil {
 		return false, err
 	}

@@ -118,14 +118,13 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	}
 	// Native: the batch is one implicit transaction, so set_config(…, true)
 	// bounds only this wait; idle_session_timeout stays on the session.
-	upsert := "INSERT INTO " + t.Q + " AS t (name, fence, owner, acquired_at, session) SELECT $1, " + nextval(t) +
-		", $2, now(), pg_backend_pid() %s ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, owner = excluded.owner," +
-		" acquired_at = excluded.acquired_at, expires_at = NULL, session = excluded.session RETURNING t.fence"
+	// The token is a sequence value taken after the grant: no row is
+	// written, the sequence alone keeps tokens increasing.
 	key := advisoryKey(t, r.Name)
 	if r.NoWait {
-		return stmts{set("idle_session_timeout", false), st(fmt.Sprintf(upsert, "WHERE pg_try_advisory_lock($3)"), r.Name, r.Owner, key)}
+		return stmts{set("idle_session_timeout", false), st("SELECT "+nextval(t)+" WHERE pg_try_advisory_lock($1)", key)}
 	}
-	return stmts{set("idle_session_timeout", false), st("SELECT pg_advisory_lock($1)", key), st(fmt.Sprintf(upsert, ""), r.Name, r.Owner)}
+	return stmts{set("idle_session_timeout", false), st("SELECT pg_advisory_lock($1)", key), st("SELECT " + nextval(t))}
 }
 
 func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -171,13 +170,24 @@ func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 func (dialect) Admin(t sqllock.Table) sqllock.Admin {
 	// The forupdate holder's row version is uncommitted: its session is
 	// found through the transaction that locked the row (xmax); the
-	// advisory holder's session is committed in the row.
+	// advisory holder's through pg_locks and the name's key.
 	holder := "SELECT l.pid::bigint FROM " + t.Q + " t JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax" +
-		" AND l.mode = 'ExclusiveLock' AND l.granted WHERE t.name = $1 UNION ALL SELECT session FROM " + t.Q + " WHERE name = $1 AND session IS NOT NULL"
+		" AND l.mode = 'ExclusiveLock' AND l.granted WHERE t.name = $1" +
+		" UNION ALL SELECT l.pid::bigint FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted" +
+		" AND ((l.classid::bigint << 32) | l.objid::bigint) = " + keySQL(t)
 	return sqllock.Admin{
 		Holder:  []string{holder},
 		Kill:    "SELECT pg_terminate_backend($1::int)",
+		Alive:   "SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int",
 		Expire:  "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 RETURNING true",
 		Waiters: "SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock' AND (" + holder + " LIMIT 1) = ANY(pg_blocking_pids(a.pid))",
 	}
 }
+
+// keySQL computes advisoryKey of the name $1 on the server.
+func keySQL(t sqllock.Table) string {
+	return "('x' || left(encode(sha256(convert_to(" + quoteLiteral(t.Raw) + ", 'UTF8') || '\\x00'::bytea || convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint"
+}
+
+// quoteLiteral quotes a validated identifier as a string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

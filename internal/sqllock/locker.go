@@ -33,7 +33,8 @@ type Locker struct {
 	caps     driver.Capabilities
 
 	migrateMu sync.Mutex
-	migrate   bool // still to do
+	migrate   bool // create the table
+	ready     bool // probed and migrated
 
 	mu     sync.Mutex
 	pinned map[*pinnedLease]struct{}
@@ -180,14 +181,28 @@ func (l *Locker) Sessions() []int64 {
 func (l *Locker) ensure(ctx context.Context) error {
 	l.migrateMu.Lock()
 	defer l.migrateMu.Unlock()
-	if !l.migrate {
+	if l.ready {
 		return nil
 	}
-	if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
-		return fmt.Errorf("%s: creating table %s: %w", l.d.Backend(), l.t.Raw, err)
+	if p, ok := l.d.(Prober); ok {
+		if err := p.Probe(ctx, l.pool); err != nil {
+			return fmt.Errorf("%s: probing the server: %w", l.d.Backend(), err)
+		}
 	}
-	l.migrate = false
+	if l.migrate {
+		if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
+			return fmt.Errorf("%s: creating table %s: %w", l.d.Backend(), l.t.Raw, err)
+		}
+	}
+	l.ready = true
 	return nil
+}
+
+// Prober is implemented by dialects that must learn something about the
+// server (its flavour) before they build scripts. Probe runs once, before
+// the first script, under a lock that orders it before every later use.
+type Prober interface {
+	Probe(ctx context.Context, p Pool) error
 }
 
 // TryAcquire makes one attempt.

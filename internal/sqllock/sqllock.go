@@ -178,7 +178,8 @@ type Dialect interface {
 
 	// VersionAcquire takes the lease row when free or expired. One row:
 	// the token (NULL when held by another) and the microseconds the
-	// current holder's lease still lasts (NULL when unknown).
+	// current holder's lease still lasts (NULL when unknown). No row
+	// means that name has no row yet: EnsureRow, then try again.
 	VersionAcquire(t Table, r Req) []Stmt
 	// VersionRefresh extends r.Token's lease: a row when it was held.
 	VersionRefresh(t Table, r Req) []Stmt
@@ -200,6 +201,9 @@ type Admin struct {
 	Holder []string
 	// Kill ends a session (1: session id), freeing its locks at once.
 	Kill string
+	// Alive counts the sessions with that id (1: session id): Kill may
+	// return before the session has ended and freed its locks.
+	Alive string
 	// Expire ends the version lease of name (1: name).
 	Expire string
 	// Waiters counts the sessions waiting in the server's lock queue

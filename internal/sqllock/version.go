@@ -15,9 +15,15 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true}
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
+	if err == nil && !found {
+		// No row yet (a dialect may report that): create it, try again.
+		if _, err = l.pool.Run(ctx, l.d.EnsureRow(l.t, r)); err == nil {
+			found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
+		}
+	}
 	if err != nil {
 		if k := l.d.Classify(err); ctx.Err() == nil && (k == KindBusy || k == KindDeadlock) {
 			// Another client is writing the row right now.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
@@ -99,7 +100,10 @@ func (h *Harness) Revoke(ctx context.Context, name string) error {
 	for i, q := range script {
 		stmts[i].SQL = q
 	}
-	stmts[len(stmts)-1].Args = []any{name}
+	last := &stmts[len(stmts)-1]
+	for range max(strings.Count(last.SQL, "?"), 1) { // "?": each is the name
+		last.Args = append(last.Args, name)
+	}
 	found, err := Core(h.admin).Pool().Run(ctx, stmts, &session)
 	if err != nil {
 		return err
@@ -110,11 +114,24 @@ func (h *Harness) Revoke(ctx context.Context, name string) error {
 	return h.Kill(ctx, session)
 }
 
-// Kill ends a server session.
+// Kill ends a server session and waits until it is gone (its locks are
+// freed when it ends, a moment after the holder may have learnt of it).
 func (h *Harness) Kill(ctx context.Context, session int64) error {
 	var ok any
-	_, err := h.run(ctx, h.sql().Kill, []any{session}, &ok)
-	return err
+	if _, err := h.run(ctx, h.sql().Kill, []any{session}, &ok); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int64
+		if _, err := h.run(ctx, h.sql().Alive, []any{session}, &n); err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sqltest: session %d still alive 5s after it was killed", session)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Disconnect cuts l's connections as a network failure would.
