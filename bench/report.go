@@ -446,10 +446,13 @@ func (rep *Report) WriteTable(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t\n", "target", strings.Join(head, "\t"))
+		// Skipped rows go after the aligned block: a line with fewer cells
+		// would end tabwriter's column block in the middle of the table.
+		var skipped []*Row
 		for _, r := range rows {
 			name := r.Backend
 			if r.Skipped != "" {
-				fmt.Fprintf(tw, "%s\t  skipped: %s\n", name, r.Skipped)
+				skipped = append(skipped, r)
 				continue
 			}
 			if r.Errors > 0 {
@@ -458,6 +461,9 @@ func (rep *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(tw, "%s\t%s\t\n", name, strings.Join(cells(r), "\t"))
 		}
 		tw.Flush()
+		for _, r := range skipped {
+			fmt.Fprintf(w, "  %s skipped: %s\n", r.Backend, r.Skipped)
+		}
 	}
 }
 
