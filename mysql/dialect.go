@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -14,11 +13,11 @@ import (
 // multi-statement script needs no procedure. Times are UTC_TIMESTAMP(6):
 // the server's clock, independent of the session's time zone.
 //
-// Tokens: on MariaDB (10.3 or later) a SEQUENCE, whose NEXTVAL is never
-// rolled back and costs no table write; on MySQL 8, which has none, an
-// AUTO_INCREMENT table whose values are never rolled back either (a row
-// inserted and deleted at once per token). Probe tells them apart.
-type dialect struct{ mariadb bool }
+// Tokens come from an AUTO_INCREMENT table, whose values are never rolled
+// back (a row inserted and deleted at once per token), on MariaDB and
+// MySQL 8 alike. (A MariaDB SEQUENCE would save the writes, but NEXTVAL
+// inside a forupdate transaction stalled concurrent acquirers under load.)
+type dialect struct{}
 
 type stmts = []sqllock.Stmt
 
@@ -34,25 +33,12 @@ func (*dialect) Classify(err error) sqllock.Kind { return classify(err) }
 // ValidateName accepts every name: the column is VARBINARY(1024).
 func (*dialect) ValidateName(string) error { return nil }
 
-// Probe learns whether the server is MariaDB.
-func (d *dialect) Probe(ctx context.Context, p sqllock.Pool) error {
-	var v string
-	if _, err := p.Run(ctx, stmts{st("SELECT VERSION()")}, &v); err != nil {
-		return err
-	}
-	d.mariadb = strings.Contains(strings.ToLower(v), "mariadb")
-	return nil
-}
-
 // Migrate creates the table and the counter when information_schema
 // does not list them. CREATE … IF NOT EXISTS on an existing table waits
 // for the metadata locks of open transactions (every held forupdate
 // lease): it runs only when something is missing, through PREPARE.
 func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	counter := "CREATE TABLE IF NOT EXISTS " + t.Seq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
-	if d.mariadb {
-		counter = "CREATE SEQUENCE IF NOT EXISTS " + t.Seq
-	}
 	table := "CREATE TABLE IF NOT EXISTS " + t.Q + ` (
 	name VARBINARY(1024) NOT NULL PRIMARY KEY,
 	fence BIGINT NOT NULL DEFAULT 0,
@@ -83,13 +69,12 @@ func literal(s string) string {
 
 // EnsureRow creates name's row. The existence check is a plain read, so
 // a holder's lock on an existing row is not waited for; only a row created
-// and locked by another client in the meantime makes the INSERT wait. The
-// wait is innodb_lock_wait_timeout = 0: no wait on MariaDB, the minimum
-// of 1s on MySQL 8. The session's value is saved in @dlock_lw and
+// and locked by another client in the meantime makes the INSERT wait, as
+// long as r allows (lockWait). The session's value is saved in @dlock_lw and
 // restored at the end (on an error, by Abort's restore).
 func (*dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{
-		st("SET @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout), SESSION innodb_lock_wait_timeout = 0"),
+		st("SET @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout), SESSION innodb_lock_wait_timeout = ?", lockWait(r)),
 		st("SELECT COUNT(*) INTO @dlock_e FROM "+t.Q+" WHERE name = ?", r.Name),
 		st("INSERT IGNORE INTO "+t.Q+" (name) SELECT ? FROM DUAL WHERE @dlock_e = 0", r.Name),
 		restore,
@@ -98,9 +83,6 @@ func (*dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 
 // token takes the next counter value into @dlock_t when cond holds.
 func (d *dialect) token(t sqllock.Table, cond string) []sqllock.Stmt {
-	if d.mariadb {
-		return stmts{st("SET @dlock_t = IF(" + cond + ", NEXTVAL(" + t.Seq + "), NULL)")}
-	}
 	return stmts{
 		st("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE " + cond),
 		st("SET @dlock_t = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
@@ -123,13 +105,26 @@ func lockKey(name string) string {
 // limit after which the server drops a silent holder) from the TTL, and
 // the row-lock wait from the context's deadline.
 func session(r sqllock.Req) sqllock.Stmt {
-	wait := int64(1073741824)
-	if r.Wait > 0 {
-		wait = sqllock.CeilSeconds(r.Wait, 1, wait)
-	}
+	// Not 0 for NoWait: the token's INSERT … SELECT waits briefly for
+	// InnoDB's AUTO-INC lock; NOWAIT already makes the row lock not wait.
+	q := r
+	q.NoWait = false
+	wait := lockWait(q)
 	return st("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
 		" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL",
 		sqllock.CeilSeconds(r.TTL, 1, 31536000), wait)
+}
+
+// lockWait is innodb_lock_wait_timeout for r: its wait in whole seconds,
+// 0 for NoWait (no wait on MariaDB; MySQL 8 raises it to its minimum, 1s).
+func lockWait(r sqllock.Req) int64 {
+	switch {
+	case r.NoWait:
+		return 0
+	case r.Wait > 0:
+		return sqllock.CeilSeconds(r.Wait, 1, 1073741824)
+	}
+	return 1073741824
 }
 
 // restore puts the session's timeouts back.

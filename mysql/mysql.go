@@ -227,16 +227,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 		db.Close()
 		return nil, err
 	}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("mysql: connecting: %w", err)
-	}
-	drv := sqllock.New(lc)
-	if err := sqllock.Core(drv).Prepare(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return drv, nil
+	return sqllock.Open(ctx, lc, db.PingContext)
 }
 
 // Execer runs a statement: *sql.DB, *sql.Conn and *sql.Tx are.

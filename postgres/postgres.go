@@ -236,16 +236,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 		p.Close()
 		return nil, err
 	}
-	if err := p.Ping(ctx); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("postgres: connecting: %w", err)
-	}
-	drv := sqllock.New(cfg)
-	if err := sqllock.Core(drv).Prepare(ctx); err != nil {
-		p.Close()
-		return nil, err
-	}
-	return drv, nil
+	return sqllock.Open(ctx, cfg, p.Ping)
 }
 
 // Execer runs a statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx are.

@@ -34,7 +34,7 @@ type Locker struct {
 
 	migrateMu sync.Mutex
 	migrate   bool // create the table
-	ready     bool // probed and migrated
+	ready     bool // migrated (or nothing to do)
 
 	mu     sync.Mutex
 	pinned map[*pinnedLease]struct{}
@@ -184,11 +184,6 @@ func (l *Locker) ensure(ctx context.Context) error {
 	if l.ready {
 		return nil
 	}
-	if p, ok := l.d.(Prober); ok {
-		if err := p.Probe(ctx, l.pool); err != nil {
-			return fmt.Errorf("%s: probing the server: %w", l.d.Backend(), err)
-		}
-	}
 	if l.migrate {
 		if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
 			return fmt.Errorf("%s: creating table %s: %w", l.d.Backend(), l.t.Raw, err)
@@ -196,13 +191,6 @@ func (l *Locker) ensure(ctx context.Context) error {
 	}
 	l.ready = true
 	return nil
-}
-
-// Prober is implemented by dialects that must learn something about the
-// server (its flavour) before they build scripts. Probe runs once, before
-// the first script, under a lock that orders it before every later use.
-type Prober interface {
-	Probe(ctx context.Context, p Pool) error
 }
 
 // TryAcquire makes one attempt.
@@ -240,3 +228,19 @@ func isCtx(err error) bool {
 // use: URL openers call it so that Open fails on a wrong address or a
 // missing privilege.
 func (l *Locker) Prepare(ctx context.Context) error { return l.ensure(ctx) }
+
+// Open returns the driver for cfg once the server has answered ping and
+// the table is ready (URL openers use it, so that a wrong address or
+// password fails at Open). On failure it closes cfg.Pool.
+func Open(ctx context.Context, cfg Config, ping func(context.Context) error) (driver.Locker, error) {
+	if err := ping(ctx); err != nil {
+		cfg.Pool.Close()
+		return nil, fmt.Errorf("%s: connecting: %w", cfg.Dialect.Backend(), err)
+	}
+	drv := New(cfg)
+	if err := Core(drv).Prepare(ctx); err != nil {
+		cfg.Pool.Close()
+		return nil, err
+	}
+	return drv, nil
+}

@@ -80,11 +80,14 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 				if !l.abort(ctx, c, r, kind) {
 					return nil, ctxErr(ctx, l.errorf("creating the row of %q: %w", req.Name, err))
 				}
-				// Busy: another client created the row and holds it.
+				// Busy: another client created the row and holds it (or,
+				// on MySQL, a gap lock of a concurrent attempt blocked the
+				// insert): try again, the row may exist now.
 				if !wait {
 					c.Release(false)
 					return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
 				}
+				created = false
 			}
 			continue
 		case err == nil && !wait, kind == KindBusy && !wait, kind == KindDeadlock && !wait:

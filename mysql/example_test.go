@@ -1,0 +1,46 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"log"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/mysql"
+)
+
+// Open by URL, in either form.
+func Example() {
+	ctx := context.Background()
+	for _, u := range []string{
+		"mysql://app:secret@127.0.0.1:3306/app?strategy=getlock",
+		"mysql://app:secret@tcp(127.0.0.1:3306)/app?strategy=forupdate&tls=true",
+	} {
+		l, err := dlock.Open(ctx, u)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Close()
+	}
+}
+
+// A Locker on the application's *sql.DB, with the fenced write on the
+// application's table.
+func ExampleFencedUpdate() {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", "app:secret@tcp(127.0.0.1:3306)/app?interpolateParams=true&multiStatements=true")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	l := mysql.OpenLocker(db, &mysql.Options{MultiStatements: true})
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "account/7", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	if ok, err := mysql.FencedUpdate(ctx, db, "accounts", "fence", lease.Token(), "balance = balance - ?", "id = ?", 100, 7); err != nil || !ok {
+		log.Printf("write refused (stale token) or failed: %v", err)
+	}
+}
