@@ -106,22 +106,7 @@ func (o *Options) config(db *sql.DB, owned bool) (sqllock.Config, error) {
 	if o == nil {
 		o = &Options{}
 	}
-	d := &dialect{}
-	s, err := sqllock.ParseStrategy(d, o.Strategy)
-	if err != nil {
-		return sqllock.Config{}, err
-	}
-	t, err := sqllock.ParseTable(d, o.Table)
-	if err != nil {
-		return sqllock.Config{}, err
-	}
-	return sqllock.Config{
-		Dialect:  d,
-		Pool:     &pool{db: db, owned: owned, multi: o.MultiStatements},
-		Strategy: s,
-		Table:    t,
-		Migrate:  !o.NoMigrate,
-	}, nil
+	return sqllock.NewConfig(&dialect{}, &pool{db: db, owned: owned, multi: o.MultiStatements}, o.Strategy, o.Table, !o.NoMigrate)
 }
 
 // OpenLocker returns a Locker on an existing *sql.DB of go-sql-driver.
@@ -230,24 +215,20 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	return sqllock.Open(ctx, lc, db.PingContext)
 }
 
-// Execer runs a statement: *sql.DB, *sql.Conn and *sql.Tx are.
+// Execer is *sql.DB, *sql.Conn or *sql.Tx.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// FencedUpdate is the resource side of fencing for a table of your own:
-// it runs
-//
-//	UPDATE table SET <set>, fenceColumn = token WHERE (<where>) AND fenceColumn <= token
-//
-// with args for the placeholders of set and where, in order (the token is
-// bound through a derived table that the UPDATE joins), and reports whether a row was written. A writer whose lease
-// ended while it was paused carries a token lower than the one the next
-// holder wrote, and its write matches no row. The current holder may write
-// again (its token equals the stored one). table and fenceColumn are
-// validated and quoted; fenceColumn must be a BIGINT, 0 before the first
-// write. MySQL counts only changed rows unless the DSN has
-// clientFoundRows=true: a repeated identical write reports false.
+// FencedUpdate writes to a row of your own table only if token is at least
+// the row's fence, and stores token there: the resource side of fencing.
+// A holder that lost its lock while paused, and whose successor has
+// written since, carries a lower token and changes nothing (false). The
+// statement is "UPDATE table SET <set>, fenceColumn = token WHERE (<where>)
+// AND fenceColumn <= token"; args fill the ? of set and where in order.
+// table ("table" or "database.table") and fenceColumn (a BIGINT, 0
+// initially) are validated and quoted. Without clientFoundRows=true MySQL
+// reports only changed rows: an identical repeated write returns false.
 func FencedUpdate(ctx context.Context, db Execer, table, fenceColumn string, token uint64, set, where string, args ...any) (bool, error) {
 	q, _, err := sqllock.FencedSQL(&dialect{}, table, fenceColumn, set, where, len(args))
 	if err != nil {

@@ -125,22 +125,7 @@ func (o *Options) config(p *pgxpool.Pool, owned bool) (sqllock.Config, error) {
 	if o == nil {
 		o = &Options{}
 	}
-	d := dialect{}
-	s, err := sqllock.ParseStrategy(d, o.Strategy)
-	if err != nil {
-		return sqllock.Config{}, err
-	}
-	t, err := sqllock.ParseTable(d, o.Table)
-	if err != nil {
-		return sqllock.Config{}, err
-	}
-	return sqllock.Config{
-		Dialect:  d,
-		Pool:     &pool{p: p, owned: owned},
-		Strategy: s,
-		Table:    t,
-		Migrate:  !o.NoMigrate,
-	}, nil
+	return sqllock.NewConfig(dialect{}, &pool{p: p, owned: owned}, o.Strategy, o.Table, !o.NoMigrate)
 }
 
 // OpenLocker returns a Locker on an existing pool. Closing the Locker

@@ -327,3 +327,17 @@ func CeilSeconds(d time.Duration, lo, hi int64) int64 {
 func Millis(d time.Duration) int64 {
 	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 }
+
+// NewConfig validates a driver's options (the strategy's name and the
+// table) into a Config.
+func NewConfig(d Dialect, p Pool, strategy, table string, migrate bool) (Config, error) {
+	s, err := ParseStrategy(d, strategy)
+	if err != nil {
+		return Config{}, err
+	}
+	t, err := ParseTable(d, table)
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{Dialect: d, Pool: p, Strategy: s, Table: t, Migrate: migrate}, nil
+}
