@@ -161,6 +161,11 @@ func analyse(h *History, cfg Config) *Result {
 
 	// Recovery after a holder died.
 	res.RecoveryBound = crashBound(cfg.Target.Caps, cfg.TTL)
+	if f != nil && (f.Name == "pause" || f.Name == "mixed") && !cfg.Target.Caps.SessionBound {
+		// A paused holder's connection stays open: a TTL-bound lease is
+		// freed by its TTL even where a dead holder's is freed at once.
+		res.RecoveryBound = max(res.RecoveryBound, cfg.TTL)
+	}
 	res.RecoverySlack = slack(cfg.TTL)
 	res.RecoveryAsserted = f != nil && (f.Name == "kill" || ((f.Name == "pause" || f.Name == "mixed") && !cfg.Target.Caps.SessionBound))
 	for _, e := range h.Events {
