@@ -32,6 +32,8 @@ func (p *pool) Close() {
 	}
 }
 
+func (p *pool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
+
 // Run runs a script on a connection of its own: its statements share
 // session variables and, for some, a transaction.
 func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {

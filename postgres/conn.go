@@ -75,6 +75,8 @@ func (p *pool) Close() {
 	}
 }
 
+func (p *pool) MaxConns() int { return int(p.p.Config().MaxConns) }
+
 // Listen opens a dedicated connection (taken out of the pool for good)
 // that LISTENs on channel.
 func (p *pool) Listen(ctx context.Context, channel string) (sqllock.Listening, error) {

@@ -127,6 +127,17 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	return stmts{set("idle_session_timeout", false), st("SELECT pg_advisory_lock($1)", key), st("SELECT " + nextval(t))}
 }
 
+// Persist commits a transaction that writes WAL (a transactional logical
+// message, which any role may emit, at every wal_level) with
+// synchronous_commit on, whatever the server's default: its commit
+// flushes the WAL up to this point, the sequence's advance of an open
+// forupdate transaction included (to disk with fsync on; to the operating
+// system, which survives a crash of the server, with fsync off).
+func (dialect) Persist(t sqllock.Table) []sqllock.Stmt {
+	// set_config runs first: its result is the message's content.
+	return stmts{st("SELECT pg_logical_emit_message(true, 'dlock', set_config('synchronous_commit', 'on', true))")}
+}
+
 func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		return stmts{st("ROLLBACK")}

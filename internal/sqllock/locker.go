@@ -36,8 +36,14 @@ type Locker struct {
 	migrate   bool // create the table
 	ready     bool // migrated (or nothing to do)
 
-	mu     sync.Mutex
-	pinned map[*pinnedLease]struct{}
+	mu       sync.Mutex
+	pinned   map[*pinnedLease]struct{}
+	cleanups sync.WaitGroup // lost leases' connections being abandoned
+
+	// ForUpdate: tokens are made durable before they are returned, and
+	// slots (on a bounded pool) keeps a connection free for that.
+	persister *persister
+	slots     chan struct{}
 
 	hub *hub
 }
@@ -76,6 +82,17 @@ func New(cfg Config) driver.Locker {
 		pinned:   make(map[*pinnedLease]struct{}),
 	}
 	l.caps = capabilities(cfg)
+	if cfg.Strategy == ForUpdate {
+		persist := cfg.Dialect.Persist(cfg.Table)
+		l.persister = newPersister(func(ctx context.Context) error {
+			var ignored any
+			_, err := cfg.Pool.Run(ctx, persist, &ignored)
+			return err
+		})
+		if n := cfg.Pool.MaxConns(); n > 0 {
+			l.slots = make(chan struct{}, max(n-1, 1))
+		}
+	}
 	switch cfg.Strategy {
 	case ForUpdate, Native:
 		return blocking{l}
@@ -161,6 +178,7 @@ func (l *Locker) Close() error {
 		p.lose(context.Background())
 	}
 	l.pool.Close()
+	l.cleanups.Wait()
 	return nil
 }
 

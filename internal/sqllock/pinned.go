@@ -20,7 +20,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	c, err := l.pool.Pin(ctx)
+	c, err := l.pin(ctx)
 	if err != nil {
 		return nil, ctxErr(ctx, l.errorf("taking a connection: %w", err))
 	}
@@ -35,6 +35,16 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		start := time.Now()
 		var token int64
 		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		if err == nil && found && l.persister != nil {
+			// The token was taken in the lease's open transaction: make it
+			// durable before anyone can use it.
+			if perr := l.persister.persist(ctx); perr != nil {
+				if l.abort(ctx, c, r, KindOther) {
+					c.Release(false)
+				}
+				return nil, ctxErr(ctx, l.errorf("acquire %q: making the token durable: %w", req.Name, perr))
+			}
+		}
 		if err == nil && found && ctx.Err() != nil {
 			// Granted, but ctx ended meanwhile: a driver may be closing
 			// the connection right now (go-sql-driver does when ctx ends
@@ -222,18 +232,35 @@ func (p *pinnedLease) lose(ctx context.Context) {
 	}
 }
 
+//
+// The loss is signalled at once and the connection abandoned in the
+// background: abandoning may wait up to the clean-up bound (MySQL KILLs
+// the session from a pooled connection, which may be cut off too), and
+// the caller (the keep-alive) must see the loss now, before the server
+// can give the lock to another client. Close waits for these clean-ups.
 func (p *pinnedLease) loseLocked(ctx context.Context) {
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
-	p.conn.Abandon(cctx)
-	p.end(true)
 	close(p.lost)
+	p.ended = true
+	p.l.forget(p)
+	p.l.cleanups.Add(1)
+	go func() {
+		defer p.l.cleanups.Done()
+		cctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		p.conn.Abandon(cctx)
+		p.conn.Release(true)
+	}()
 }
 
 func (p *pinnedLease) end(discard bool) {
 	p.ended = true
 	p.conn.Release(discard)
-	p.l.mu.Lock()
-	delete(p.l.pinned, p)
-	p.l.mu.Unlock()
+	p.l.forget(p)
+}
+
+// forget drops p from the live leases.
+func (l *Locker) forget(p *pinnedLease) {
+	l.mu.Lock()
+	delete(l.pinned, p)
+	l.mu.Unlock()
 }

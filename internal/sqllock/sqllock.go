@@ -22,7 +22,11 @@
 // Tokens of every strategy come from one counter per lock table that is
 // never rolled back (a PostgreSQL sequence; an InnoDB AUTO_INCREMENT), so
 // a holder whose transaction is rolled back when its connection dies can
-// never share its token with the next holder.
+// never share its token with the next holder. ForUpdate takes its token
+// inside the lease's open transaction, so before returning it the core
+// commits a small write on another connection (Dialect.Persist), which
+// makes the counter's advance as durable as any commit: a server crash
+// during the lease cannot hand the same token out again.
 package sqllock
 
 import (
@@ -85,6 +89,8 @@ type Pool interface {
 	// Close closes the pool if the driver opened it (never a pool that
 	// the user passed in).
 	Close()
+	// MaxConns is the most connections the pool opens (0: no limit).
+	MaxConns() int
 }
 
 // Notifier is implemented by pools whose database can notify listeners
@@ -166,6 +172,15 @@ type Dialect interface {
 	// means: ForUpdate: the name's row is missing (EnsureRow, then try
 	// again); Native: not granted within r.Wait (or at once with NoWait).
 	Lock(s Strategy, t Table, r Req) []Stmt
+	// Persist makes every token taken so far survive a crash of the
+	// server: a short write committed in a transaction of its own, on
+	// another connection, whose commit writes the server's log up to this
+	// point (as durably as the server's settings make a commit). ForUpdate
+	// takes its token inside the lease's transaction, which stays open
+	// until the release, so the counter's advance is in no committed
+	// transaction yet: without Persist, a crash during the lease could
+	// roll the counter back and hand the holder's token out again.
+	Persist(t Table) []Stmt
 	// Abort undoes a Lock that failed on a usable connection (rolls back,
 	// unlocks, restores the session's settings).
 	Abort(s Strategy, t Table, r Req) []Stmt
