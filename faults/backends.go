@@ -354,7 +354,11 @@ func sqlTargets(ctx context.Context, backend string, s *testenv.Server, strategi
 }
 
 func startPostgres(ctx context.Context) ([]*Target, func(), error) {
-	s, err := testenv.StartPostgres(ctx, nil)
+	// synchronous_commit on (fsync stays off): a commit is written to the
+	// operating system before it is acknowledged, so that a crash of the
+	// server alone (the restart fault) keeps every committed token, as a
+	// production server's settings would.
+	s, err := testenv.StartPostgres(ctx, &testenv.PGOptions{Config: []string{"synchronous_commit=on"}})
 	if err != nil {
 		return nil, nil, err
 	}
