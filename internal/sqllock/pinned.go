@@ -232,7 +232,6 @@ func (p *pinnedLease) lose(ctx context.Context) {
 	}
 }
 
-//
 // The loss is signalled at once and the connection abandoned in the
 // background: abandoning may wait up to the clean-up bound (MySQL KILLs
 // the session from a pooled connection, which may be cut off too), and
