@@ -127,7 +127,7 @@ func capabilities(cfg Config) driver.Capabilities {
 	switch cfg.Strategy {
 	case ForUpdate:
 		c.Strategy = string(ForUpdate)
-		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken under the row lock"
+		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken under the row lock and made durable (a commit on another connection) before it is returned"
 		c.Wait = driver.WaitQueue
 		c.ReleaseOnCrash = 0
 	case Native:
