@@ -16,7 +16,15 @@
 //     session's wait_timeout is set to the TTL rounded up to whole seconds
 //     (at least 1s): a holder that stops talking loses the lock after it; a
 //     holder whose process dies loses it at once. The keep-alive (every
-//     TTL/3) pings the pinned connection.
+//     TTL/3) pings the pinned connection. The token is taken inside the
+//     lease's open transaction, so before it is returned a short
+//     transaction on another connection (a counter value taken and
+//     dropped) commits, which writes InnoDB's redo log with the token's
+//     counter advance in it: a crash of the server during the lease
+//     cannot hand the same token out again (as durable as
+//     innodb_flush_log_at_trx_commit makes a commit). With
+//     SetMaxOpenConns(N), at most N-1 forupdate leases are held at once,
+//     so that this commit always finds a connection.
 //   - version: an optimistic lease row whose expiry is computed by the
 //     server's clock (UTC_TIMESTAMP(6)); refresh and release are
 //     conditional on the grant's token. Waiters poll with capped, jittered

@@ -13,8 +13,14 @@
 //     lease TTL: a holder that stops talking (paused, partitioned) loses the
 //     lock after the TTL; a holder whose process dies loses it at once (its
 //     connection closes). The keep-alive (every TTL/3) pings the pinned
-//     connection, which restarts that timer. One round trip per acquire (a
-//     pgx batch: BEGIN, set_config, the locking UPDATE) and one per release.
+//     connection, which restarts that timer. Two round trips per acquire
+//     (a pgx batch: BEGIN, set_config, the locking UPDATE; then a commit
+//     with synchronous_commit on, on another connection of the pool, that
+//     makes the token's sequence value durable before it is returned, so
+//     that a crash of the server during the lease cannot hand the same
+//     token out again) and one per release. A held lease pins one
+//     connection, and the pool keeps one free for that commit: a pool of
+//     pool_max_conns=N holds at most N-1 forupdate leases at once.
 //   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
 //     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
 //     computed by the server's clock; refresh and release are conditional
