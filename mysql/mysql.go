@@ -38,8 +38,8 @@
 // Every strategy's token is a value of an AUTO_INCREMENT counter (table
 // <table>_fence, kept empty), which InnoDB never rolls back: a holder
 // whose transaction died with its connection cannot share its token with
-// the next holder. Tokens are written to the name's row too (column
-// fence). A script of statements is sent as one multi-statement (one
+// the next holder. forupdate and version also write the token to the
+// name's row (column fence); getlock writes no row. A script of statements is sent as one multi-statement (one
 // round trip) when the connection allows it.
 //
 // Capabilities.SessionBound is false for the same reason as on

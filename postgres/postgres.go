@@ -37,7 +37,8 @@
 // Every strategy's token comes from the sequence <table>_fence, whose
 // values are never rolled back or reused: a holder whose transaction died
 // with its connection cannot share its token with the next holder.
-// Tokens are written to the name's row too (column fence).
+// forupdate and version also write the token to the name's row (column
+// fence); advisory writes no row.
 //
 // A lease is not bound to the server's clock but to its connection: a
 // broken connection is a lost lease (Lease.Done closes as soon as the

@@ -130,11 +130,13 @@ func capabilities(cfg Config) driver.Capabilities {
 		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken under the row lock and made durable (a commit on another connection) before it is returned"
 		c.Wait = driver.WaitQueue
 		c.ReleaseOnCrash = 0
+		c.Notes = joinNotes(c.Notes, crashNote)
 	case Native:
 		c.Strategy = cfg.Dialect.NativeStrategy()
-		c.FencingNote = "counter value written to the name's row right after the grant"
+		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken right after the grant and committed with it"
 		c.Wait = driver.WaitQueue
 		c.ReleaseOnCrash = 0
+		c.Notes = joinNotes(c.Notes, crashNote)
 	case Version:
 		c.Strategy = string(Version)
 		c.FencingNote = "the row's version: a counter value taken when the lease is granted"
@@ -145,6 +147,16 @@ func capabilities(cfg Config) driver.Capabilities {
 		c.ReleaseOnCrash = driver.ReleaseAfterTTL
 	}
 	return c
+}
+
+// crashNote is the caveat of the connection-bound strategies.
+const crashNote = "the lock lives in the holder's session: a crash of the server frees it at once, and a server back within TTL/3 can grant it again before the holder's next keep-alive tells it (fence writes with the token)"
+
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // Capabilities reports what the strategy guarantees.

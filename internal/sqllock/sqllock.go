@@ -15,7 +15,8 @@
 //     a transaction kept open on a pinned connection. The server's lock
 //     queue is the wait; Release commits.
 //   - Native: the database's own named lock (pg_advisory_lock, GET_LOCK)
-//     on a pinned connection; the fence row is bumped after the grant.
+//     on a pinned connection; the token is taken from the counter right
+//     after the grant (no row is written).
 //   - Version: an optimistic lease row whose expiry is computed by the
 //     server's clock; no connection is pinned.
 //
