@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 func TestMain(m *testing.M) { os.Exit(Run(m)) }
@@ -62,7 +64,7 @@ func TestRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("redis started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), s.URL, s.Version)
+	t.Logf("redis started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), driver.Redact(s.URL), s.Version)
 	if v, err := RedisDo(ctx, s.Addr, "PING"); err != nil || v != "PONG" {
 		t.Fatalf("PING = %v, %v", v, err)
 	}
@@ -167,7 +169,7 @@ func TestRedisCluster(t *testing.T) {
 	Require(t, KindRedis)
 	ctx := testCtx(t)
 	c := NewRedisCluster(t, 3)
-	t.Logf("redis cluster (3 masters) started in %v (%s)", c.StartupTime.Round(time.Millisecond), c.URL)
+	t.Logf("redis cluster (3 masters) started in %v (%s)", c.StartupTime.Round(time.Millisecond), driver.Redact(c.URL))
 	if !strings.HasPrefix(c.URL, "redis+cluster://127.0.0.1:") || strings.Count(c.URL, ",") != 2 {
 		t.Errorf("URL = %q", c.URL)
 	}
@@ -203,7 +205,7 @@ func TestZooKeeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("zookeeper started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), s.URL, s.Version)
+	t.Logf("zookeeper started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), driver.Redact(s.URL), s.Version)
 	if out, err := ZKCommand(ctx, s.Addr, "ruok"); err != nil || out != "imok" {
 		t.Fatalf("ruok = %q, %v", out, err)
 	}
@@ -220,7 +222,7 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	Require(t, KindZooKeeper)
 	ctx := testCtx(t)
 	e := ZooKeeperEnsemble(t, 3)
-	t.Logf("zookeeper 3-ensemble started in %v (%s)", e.StartupTime.Round(time.Millisecond), e.URL)
+	t.Logf("zookeeper 3-ensemble started in %v (%s)", e.StartupTime.Round(time.Millisecond), driver.Redact(e.URL))
 	leader, err := e.Leader()
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +264,7 @@ func TestPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("postgres started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), s.URL, s.Version)
+	t.Logf("postgres started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), driver.Redact(s.URL), s.Version)
 	if got := pgQuery(t, ctx, s.DSN, "SELECT 1::text"); got != "1" {
 		t.Fatalf("SELECT 1 = %q", got)
 	}
@@ -328,7 +330,7 @@ func TestMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("mysql started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), s.URL, s.Version)
+	t.Logf("mysql started in %v (%s, version %s)", s.StartupTime.Round(time.Millisecond), driver.Redact(s.URL), s.Version)
 	db, err := openMySQL(s.DSN)
 	if err != nil {
 		t.Fatal(err)
