@@ -24,7 +24,8 @@
 //     cannot hand the same token out again (as durable as
 //     innodb_flush_log_at_trx_commit makes a commit). With
 //     SetMaxOpenConns(N), at most N-1 forupdate leases are held at once,
-//     so that this commit always finds a connection.
+//     so that this commit always finds a connection (N = 1 is an error
+//     wrapping ErrInvalidOption).
 //   - version: an optimistic lease row whose expiry is computed by the
 //     server's clock (UTC_TIMESTAMP(6)); refresh and release are
 //     conditional on the grant's token. Waiters poll with capped, jittered

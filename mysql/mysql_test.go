@@ -3,11 +3,13 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
@@ -100,5 +102,26 @@ func TestLongNames(t *testing.T) {
 			}
 			defer ls.Release(t.Context())
 		}
+	}
+}
+
+// TestForUpdateNeedsTwoConns: a forupdate lease pins a connection and its
+// grant commits on another, so a pool limited to one connection is an
+// error, not a hang.
+func TestForUpdateNeedsTwoConns(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := openDB(t, srv.DSN)
+	db.SetMaxOpenConns(1)
+	l := mysql.OpenLocker(db, &mysql.Options{Strategy: "forupdate", MultiStatements: true})
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ls, err := l.TryAcquire(ctx, "two-conns", nil)
+	if err == nil {
+		_ = ls.Release(ctx)
+		t.Fatal("TryAcquire with forupdate on a one-connection pool succeeded")
+	}
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "at least 2 connections") {
+		t.Fatalf("TryAcquire: %v, want ErrInvalidOption naming the pool size", err)
 	}
 }

@@ -20,7 +20,8 @@
 //     that a crash of the server during the lease cannot hand the same
 //     token out again) and one per release. A held lease pins one
 //     connection, and the pool keeps one free for that commit: a pool of
-//     pool_max_conns=N holds at most N-1 forupdate leases at once.
+//     pool_max_conns=N holds at most N-1 forupdate leases at once (N = 1
+//     is an error wrapping ErrInvalidOption).
 //   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
 //     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
 //     computed by the server's clock; refresh and release are conditional

@@ -104,3 +104,26 @@ func TestPausedHolderFencedWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestForUpdateNeedsTwoConns: a forupdate lease pins a connection and its
+// grant commits on another, so Open with pool_max_conns=1 fails clearly.
+func TestForUpdateNeedsTwoConns(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "pool_max_conns", "1"))
+	if err == nil {
+		l.Close()
+		t.Fatal("Open with strategy=forupdate and pool_max_conns=1 succeeded")
+	}
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "at least 2 connections") {
+		t.Fatalf("Open: %v, want ErrInvalidOption naming the pool size", err)
+	}
+	for _, s := range []string{"advisory", "version"} {
+		l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", s, "pool_max_conns", "1"))
+		if err != nil {
+			t.Fatalf("Open with strategy=%s and pool_max_conns=1: %v", s, err)
+		}
+		l.Close()
+	}
+}

@@ -89,8 +89,8 @@ func New(cfg Config) driver.Locker {
 			_, err := cfg.Pool.Run(ctx, persist, &ignored)
 			return err
 		})
-		if n := cfg.Pool.MaxConns(); n > 0 {
-			l.slots = make(chan struct{}, max(n-1, 1))
+		if n := cfg.Pool.MaxConns(); n > 1 {
+			l.slots = make(chan struct{}, n-1)
 		}
 	}
 	switch cfg.Strategy {
@@ -206,6 +206,16 @@ func (l *Locker) Sessions() []int64 {
 	return out
 }
 
+// checkPool rejects a pool too small for the strategy: a forupdate lease
+// pins one connection and its grant commits on another.
+func (l *Locker) checkPool() error {
+	if l.strategy == ForUpdate && l.pool.MaxConns() == 1 {
+		return fmt.Errorf("%w: %s: strategy forupdate needs a pool of at least 2 connections (its limit is 1): a lease pins one, and its token is made durable on another",
+			driver.ErrInvalidOption, l.d.Backend())
+	}
+	return nil
+}
+
 // ensure creates the table on first use. A failure is retried on the
 // next call.
 func (l *Locker) ensure(ctx context.Context) error {
@@ -213,6 +223,9 @@ func (l *Locker) ensure(ctx context.Context) error {
 	defer l.migrateMu.Unlock()
 	if l.ready {
 		return nil
+	}
+	if err := l.checkPool(); err != nil {
+		return err
 	}
 	if l.migrate {
 		if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
