@@ -164,9 +164,9 @@ func (d *dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 // forupdate transaction included, as innodb_flush_log_at_trx_commit makes
 // every commit (1: synced; 2: written, surviving a crash of the server
 // alone).
-func (*dialect) Persist(t sqllock.Table) []sqllock.Stmt {
-	return stmts{st("START TRANSACTION"), st("INSERT INTO " + t.Seq + " (id) VALUES (NULL)"),
-		st("DELETE FROM " + t.Seq + " WHERE id = LAST_INSERT_ID()"), st("COMMIT")}
+func (d *dialect) Persist(t sqllock.Table) []sqllock.Stmt {
+	out := append(stmts{st("START TRANSACTION")}, d.token(t, "TRUE")...)
+	return append(out, st("COMMIT"))
 }
 
 func (*dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
