@@ -25,7 +25,11 @@
 //     innodb_flush_log_at_trx_commit makes a commit). With
 //     SetMaxOpenConns(N), at most N-1 forupdate leases are held at once,
 //     so that this commit always finds a connection (N = 1 is an error
-//     wrapping ErrInvalidOption).
+//     wrapping ErrInvalidOption). The first attempt at a name inserts its
+//     row; while another transaction holds an InnoDB gap lock around it (a
+//     concurrent first attempt at a neighbouring name), a TryAcquire can
+//     return ErrNotAcquired although the name was free, and Acquire waits
+//     for that lock.
 //   - version: an optimistic lease row whose expiry is computed by the
 //     server's clock (UTC_TIMESTAMP(6)); refresh and release are
 //     conditional on the grant's token. Waiters poll with capped, jittered
