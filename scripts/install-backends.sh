@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers dlock's tests and benchmarks run against: Redis,
-# ZooKeeper (with a Java runtime), PostgreSQL and MariaDB. internal/testenv
+# ZooKeeper (with a Java runtime), PostgreSQL and MariaDB, and the C compiler
+# that `go test -race` needs (cgo). internal/testenv
 # starts its own instances of them on free loopback ports, so the services
 # the packages would start are kept from starting.
 #
@@ -55,6 +56,9 @@ missing() {
 	if [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
 		echo postgres-user # initdb/postgres refuse to run as root
 	fi
+	# `go test -race` needs cgo, so a C compiler (a fresh Debian machine with
+	# Go from the official tarball has none).
+	have gcc || have cc || echo gcc
 	if [ "$want_chromium" = 1 ] && ! have chromium && ! have chromium-browser && ! have google-chrome; then
 		echo chromium
 	fi
@@ -99,7 +103,7 @@ if [ "$(id -u)" != 0 ]; then
 	fi
 fi
 
-pkgs=(redis-server redis-tools zookeeper default-jre-headless postgresql mariadb-server)
+pkgs=(gcc libc6-dev redis-server redis-tools zookeeper default-jre-headless postgresql mariadb-server)
 if [ "$want_chromium" = 1 ]; then
 	pkgs+=(chromium)
 fi
