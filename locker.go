@@ -124,6 +124,9 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, err)
 	}
+	if err := l.validateTTL(opts.ttl()); err != nil {
+		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	}
 	if l.isClosed() {
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 	}
@@ -176,7 +179,9 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	l.mu.Lock()
 	if h := slot.hold; h != nil {
 		h.mu.Lock()
-		live := h.err == nil
+		// A hold past its deadline is not joined, even if its timer has
+		// not ended it yet (the caller may have been paused).
+		live := h.err == nil && !h.expired(time.Now())
 		if live {
 			h.count++
 		}
@@ -409,4 +414,25 @@ func isContextErr(err error) bool {
 // must happen even though ctx was cancelled (values of ctx are kept).
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// ReleaseTimeout bounds Lease.Release (and the release in Do and Close):
+// a release given a context with no deadline, or one already ended, gives
+// up after this long, even when the server does not answer. The lease has
+// ended locally by then either way; the server frees the lock at the TTL.
+const ReleaseTimeout = cleanupTimeout
+
+// releaseContext returns the context a release runs under: ctx while it is
+// live, bounded by ReleaseTimeout; a fresh context bounded by
+// ReleaseTimeout once ctx has ended (a release must happen even after the
+// caller's context was cancelled: unlock after cancel is what users of
+// lock libraries ask for most).
+func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if ctx.Err() != nil {
+		return cleanupContext(ctx)
+	}
+	return context.WithTimeout(ctx, ReleaseTimeout)
 }

@@ -11,8 +11,12 @@ import (
 // DefaultTTL is the lease length when AcquireOptions.TTL is zero.
 const DefaultTTL = 30 * time.Second
 
-// MinTTL is the shortest lease length accepted.
-const MinTTL = time.Millisecond
+// MinTTL is the shortest lease length any backend accepts. A lease's local
+// deadline is its TTL minus a drift margin (1% + 2ms, see Lease.Done); at
+// 5ms more than half the TTL is left as validity, while a TTL of 1–2ms would
+// leave a lease lost at birth. A backend may declare a larger minimum
+// (Capabilities.MinTTL).
+const MinTTL = 5 * time.Millisecond
 
 // MaxNameLen is the longest lock name, in bytes, that any backend accepts.
 // A backend may declare a smaller limit in its Capabilities.
@@ -23,7 +27,9 @@ const MaxNameLen = 1024
 type AcquireOptions struct {
 	// TTL is the lease length: if the holder neither refreshes nor releases
 	// it, the backend frees the lock TTL after the grant. Zero means
-	// DefaultTTL (30s); a negative TTL or one below MinTTL (1ms) is an error.
+	// DefaultTTL (30s). A TTL outside the backend's declared range
+	// (Capabilities.MinTTL, at least MinTTL, to Capabilities.MaxTTL) is an
+	// error wrapping ErrInvalidOption, returned before any server call.
 	// Session-bound backends (ZooKeeper, SQL connection locks) bound the
 	// lease by their session instead; see Capabilities.SessionBound.
 	TTL time.Duration
@@ -64,13 +70,28 @@ func (o *AcquireOptions) validate() error {
 	if o.TTL < 0 {
 		return fmt.Errorf("%w: negative TTL %v", ErrInvalidOption, o.TTL)
 	}
-	if o.TTL != 0 && o.TTL < MinTTL {
-		return fmt.Errorf("%w: TTL %v is below the minimum of %v", ErrInvalidOption, o.TTL, MinTTL)
-	}
 	if len(o.Owner) > MaxNameLen || !utf8.ValidString(o.Owner) {
 		return fmt.Errorf("%w: owner must be valid UTF-8 of at most %d bytes", ErrInvalidOption, MaxNameLen)
 	}
 	return nil
+}
+
+// ttlRange is the range of TTLs this Locker accepts: the backend's declared
+// range, never below the portable MinTTL. A zero max means no limit.
+func (l *Locker) ttlRange() (lo, hi time.Duration) {
+	return max(l.caps.MinTTL, MinTTL), l.caps.MaxTTL
+}
+
+// validateTTL refuses a TTL the backend cannot honour, naming the range.
+func (l *Locker) validateTTL(ttl time.Duration) error {
+	lo, hi := l.ttlRange()
+	if ttl >= lo && (hi == 0 || ttl <= hi) {
+		return nil
+	}
+	if hi == 0 {
+		return fmt.Errorf("%w: TTL %v is below the minimum of %v", ErrInvalidOption, ttl, lo)
+	}
+	return fmt.Errorf("%w: TTL %v is outside %s's range of %v to %v", ErrInvalidOption, ttl, l.caps.Backend, lo, hi)
 }
 
 // validateName applies the portable rules and the driver's own.

@@ -42,7 +42,8 @@ var (
 
 // Request describes one attempt to acquire a lock. The portable layer has
 // already validated every field: Name is non-empty UTF-8 within the driver's
-// MaxNameLen and accepted by its NameValidator, TTL is at least a millisecond.
+// MaxNameLen and accepted by its NameValidator, TTL lies within the driver's
+// declared [Capabilities.MinTTL, Capabilities.MaxTTL].
 type Request struct {
 	// Name is the lock name.
 	Name string
@@ -205,6 +206,17 @@ type Capabilities struct {
 	// MaxNameLen is the longest name in bytes the backend stores (0 means
 	// the portable limit of 1024 bytes).
 	MaxNameLen int
+	// MinTTL and MaxTTL are the range of lease lengths the backend honours:
+	// a lease asked for with a TTL in [MinTTL, MaxTTL] is held on the server
+	// for at least that TTL unless refreshed or released, with no rounding
+	// down, truncation or overflow on the way to the server. The portable
+	// layer refuses a TTL outside the range with ErrInvalidOption before any
+	// server call, so a driver never sees one. Zero MinTTL means the
+	// portable minimum (dlock.MinTTL); every driver declares MaxTTL (zero
+	// means no limit, which only an in-process backend can promise). A
+	// session-bound backend that ignores the TTL still declares the range it
+	// accepts.
+	MinTTL, MaxTTL time.Duration
 	// Reentrant is set by the portable layer, which makes every backend
 	// reentrant for a non-empty AcquireOptions.Owner; drivers leave it false.
 	Reentrant bool
