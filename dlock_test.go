@@ -694,7 +694,7 @@ func TestMemoryExpiredHolderNeverDoubleGranted(t *testing.T) {
 	defer c.Close()
 	for i := 0; i < 100; i++ {
 		name := fmt.Sprintf("x%d", i)
-		if _, err := a.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: 3 * time.Millisecond, NoKeepAlive: true}); err != nil {
+		if _, err := a.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: dlock.MinTTL, NoKeepAlive: true}); err != nil {
 			t.Fatal(err)
 		}
 		var ls *dlock.Lease

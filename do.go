@@ -7,7 +7,9 @@ import (
 
 // Do acquires name on l (waiting as Acquire does), runs fn with a context
 // that ends when the lease ends or ctx ends, and always releases the lock,
-// even when fn panics or ctx was cancelled meanwhile. It returns fn's error;
+// even when fn panics or ctx was cancelled meanwhile; the release ends by
+// ctx's deadline, or within ReleaseTimeout when ctx has none or had already
+// ended, even when the server does not answer. It returns fn's error;
 // if fn returned nil but the lease was lost while it ran, it returns an
 // error wrapping ErrLockLost, because fn's work may have overlapped with
 // another holder's (use Lease.Token to fence it).
@@ -20,7 +22,9 @@ func Do(ctx context.Context, l *Locker, name string, opts *AcquireOptions, fn fu
 	defer func() {
 		cancel()
 		lost := lease.Err()
-		relErr := lease.Release(context.WithoutCancel(ctx))
+		// ctx while it lives (its deadline bounds the release too), a fresh
+		// context once it has ended; ReleaseTimeout bounds either.
+		relErr := lease.Release(ctx)
 		switch {
 		case err != nil:
 		case lost != nil && !errors.Is(lost, ErrReleased):

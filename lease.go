@@ -60,20 +60,25 @@ func (ls *Lease) TTL() time.Duration { return ls.h.ttl }
 // Done returns a channel that is closed when the lease ends. On TTL-bound
 // backends it closes at the local deadline (the start of the last
 // successful acquire or refresh request plus the TTL minus a drift margin),
-// which is before the server can expire the lease.
-func (ls *Lease) Done() <-chan struct{} { return ls.h.done }
-
-// Err returns nil while the lease is held, then ErrReleased, ErrLockLost
-// (wrapped with the reason) or ErrClosed.
-func (ls *Lease) Err() error {
-	ls.h.mu.Lock()
-	defer ls.h.mu.Unlock()
-	return ls.h.err
+// which is before the server can expire the lease. A call made after the
+// deadline has passed returns a closed channel, even when the process was
+// paused (a GC pause, a stopped process) and its timers have not run yet.
+func (ls *Lease) Done() <-chan struct{} {
+	ls.h.check()
+	return ls.h.done
 }
 
+// Err returns nil while the lease is held, then ErrReleased, ErrLockLost
+// (wrapped with the reason) or ErrClosed. It reads the monotonic clock at
+// the moment of the call: after the local deadline it never returns nil,
+// even in the first instant after a pause longer than the TTL.
+func (ls *Lease) Err() error { return ls.h.check() }
+
 // Deadline returns the local time until which the lease is known to be
-// held, and false for session-bound backends, which have none.
+// held, and false for session-bound backends, which have none. A deadline
+// in the past means the lease has ended (Err says so).
 func (ls *Lease) Deadline() (time.Time, bool) {
+	ls.h.check()
 	ls.h.mu.Lock()
 	defer ls.h.mu.Unlock()
 	return ls.h.deadline, !ls.h.deadline.IsZero()
@@ -81,17 +86,44 @@ func (ls *Lease) Deadline() (time.Time, bool) {
 
 // Context returns a context derived from parent that is cancelled when the
 // lease ends (context.Cause is then the lease's Err) or parent ends. Call
-// cancel when done with it.
+// cancel when done with it. Like Err, its Err and Done methods read the
+// clock when called: after the lease's deadline they report it cancelled at
+// once. (Contexts derived from it are cancelled by a goroutine, a moment
+// later.)
 func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	go func() {
 		select {
 		case <-ls.h.done:
-			cancel(ls.Err())
+			cancel(ls.h.currentErr())
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, func() { cancel(context.Canceled) }
+	return &leaseContext{Context: ctx, h: ls.h, cancel: cancel}, func() { cancel(context.Canceled) }
+}
+
+// leaseContext is a lease's Context: Err and Done check the lease's
+// deadline against the clock before they answer.
+type leaseContext struct {
+	context.Context
+	h      *hold
+	cancel context.CancelCauseFunc
+}
+
+func (c *leaseContext) Done() <-chan struct{} {
+	c.sync()
+	return c.Context.Done()
+}
+
+func (c *leaseContext) Err() error {
+	c.sync()
+	return c.Context.Err()
+}
+
+func (c *leaseContext) sync() {
+	if err := c.h.check(); err != nil {
+		c.cancel(err)
+	}
 }
 
 // Refresh extends the lease by its TTL from now. It returns an error
@@ -102,7 +134,7 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 	if ls.released.Load() {
 		return fmt.Errorf("dlock: refresh %q: %w (released)", h.name, ErrNotHeld)
 	}
-	if err := h.currentErr(); err != nil {
+	if err := h.check(); err != nil {
 		return fmt.Errorf("dlock: refresh %q: %w (%w)", h.name, ErrNotHeld, err)
 	}
 	if err := h.refresh(ctx); err != nil {
@@ -113,22 +145,18 @@ func (ls *Lease) Refresh(ctx context.Context) error {
 
 // Release frees the lock (for a reentrant owner: decrements the hold
 // count, freeing the lock at the last Release). It works even when ctx was
-// already cancelled: the release then uses a fresh bounded context. It
-// returns an error wrapping ErrNotHeld when the lease had already ended or
-// was released before; it never frees another owner's lock.
+// already cancelled: the release then uses a fresh context. It returns
+// within ReleaseTimeout (or ctx's earlier deadline), even when the server
+// does not answer. It returns an error wrapping ErrNotHeld when the lease
+// had already ended or was released before; it never frees another owner's
+// lock.
 func (ls *Lease) Release(ctx context.Context) error {
 	h := ls.h
 	if !ls.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("dlock: release %q: %w (released twice)", h.name, ErrNotHeld)
 	}
-	if ctx == nil || ctx.Err() != nil {
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = cleanupContext(ctx)
-		defer cancel()
-	}
+	ctx, cancel := releaseContext(ctx)
+	defer cancel()
 	h.l.mu.Lock() // orders with a reentrant Acquire joining this hold
 	h.mu.Lock()
 	h.count--
@@ -142,6 +170,9 @@ func (ls *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	prior := h.err
+	if prior == nil && h.expired(time.Now()) {
+		prior = h.expiredErr()
+	}
 	h.releasing = true
 	if h.slot != nil && h.slot.hold == h {
 		h.slot.hold = nil // a new Acquire by this owner starts a new hold
@@ -152,6 +183,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	if prior != nil {
 		// Already lost: still ask the server to free it, in case it has not
 		// expired there yet. The owner check keeps a new holder safe.
+		h.end(prior)
 		_ = h.releaseDriver(ctx)
 		return fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, prior)
 	}
@@ -178,6 +210,34 @@ func (h *hold) currentErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.err
+}
+
+// check returns the hold's error, first ending the hold when its local
+// deadline has passed. Everything that tells a caller whether the lease is
+// held goes through it, so that the answer is read from the clock at the
+// moment of the call: a holder paused past its TTL (Kleppmann's scenario)
+// is told the lease is lost in the first instant after it resumes, before
+// the hold's own timer goroutine has had a chance to run.
+func (h *hold) check() error {
+	h.mu.Lock()
+	err := h.err
+	expired := err == nil && h.expired(time.Now())
+	h.mu.Unlock()
+	if !expired {
+		return err
+	}
+	h.end(h.expiredErr())
+	return h.currentErr()
+}
+
+// expired reports whether now is at or past the hold's deadline (never for
+// a session-bound hold). h.mu must be held.
+func (h *hold) expired(now time.Time) bool {
+	return !h.deadline.IsZero() && !now.Before(h.deadline)
+}
+
+func (h *hold) expiredErr() error {
+	return fmt.Errorf("%w: lease expired (not refreshed within its TTL of %v)", ErrLockLost, h.ttl)
 }
 
 func (h *hold) setErr(err error) {
@@ -238,12 +298,18 @@ func (h *hold) refresh(ctx context.Context) error {
 		return err
 	}
 	h.mu.Lock()
-	if h.err == nil && !h.deadline.IsZero() {
+	// A refresh never revives a hold whose deadline passed while it was in
+	// flight (or before it started, in a pause): the lease may have expired
+	// on the server and been granted to another owner in between.
+	if h.err == nil && !h.deadline.IsZero() && !h.expired(time.Now()) {
 		if nd := start.Add(h.ttl - drift(h.ttl)); nd.After(h.deadline) {
 			h.deadline = nd
 		}
 	}
 	h.mu.Unlock()
+	if err := h.check(); err != nil {
+		return fmt.Errorf("%w (%w)", ErrNotHeld, err)
+	}
 	select {
 	case h.bump <- struct{}{}:
 	default:
@@ -299,11 +365,7 @@ func (h *hold) run() {
 		case <-h.bump:
 			arm()
 		case <-deadlineC:
-			h.mu.Lock()
-			expired := !h.deadline.IsZero() && !time.Now().Before(h.deadline)
-			h.mu.Unlock()
-			if expired {
-				h.end(fmt.Errorf("%w: lease expired (not refreshed within its TTL of %v)", ErrLockLost, h.ttl))
+			if h.check() != nil {
 				return
 			}
 			arm()

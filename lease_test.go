@@ -1,0 +1,210 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// These tests check rules of the portable layer that no backend can
+// break, on a minimal in-process driver (the memory driver imports this
+// package, so it cannot be used here). stubDriver grants every name to one
+// holder at a time and never expires anything; its Release blocks until
+// ctx ends when blockRelease is set (a frozen server).
+type stubDriver struct {
+	caps         driver.Capabilities
+	blockRelease bool
+
+	mu    sync.Mutex
+	held  map[string]uint64
+	token uint64
+	tries int
+}
+
+type stubLease struct {
+	d     *stubDriver
+	name  string
+	token uint64
+}
+
+func newStub() *stubDriver {
+	return &stubDriver{held: map[string]uint64{}, caps: driver.Capabilities{Backend: "stub", Fencing: true, Wait: driver.WaitPoll, ReleaseOnCrash: driver.ReleaseAfterTTL}}
+}
+
+func (d *stubDriver) Capabilities() driver.Capabilities { return d.caps }
+func (d *stubDriver) Close() error                      { return nil }
+
+func (d *stubDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tries++
+	if _, ok := d.held[req.Name]; ok {
+		return nil, driver.ErrNotAcquired
+	}
+	d.token++
+	d.held[req.Name] = d.token
+	return &stubLease{d, req.Name, d.token}, nil
+}
+
+func (ls *stubLease) Token() uint64         { return ls.token }
+func (ls *stubLease) Lost() <-chan struct{} { return nil }
+func (ls *stubLease) Refresh(context.Context, time.Duration) error {
+	return nil
+}
+
+func (ls *stubLease) Release(ctx context.Context) error {
+	if ls.d.blockRelease {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ls.d.mu.Lock()
+	defer ls.d.mu.Unlock()
+	if ls.d.held[ls.name] != ls.token {
+		return driver.ErrNotHeld
+	}
+	delete(ls.d.held, ls.name)
+	return nil
+}
+
+// pause makes the hold's deadline pass without its goroutine running: the
+// state of a process that was stopped past its TTL, in the first instant
+// after it resumes.
+func pause(ls *Lease) {
+	ls.h.mu.Lock()
+	ls.h.deadline = time.Now().Add(-time.Millisecond)
+	ls.h.mu.Unlock()
+}
+
+// Kleppmann's pause: everything that reports the lease held reads the clock
+// at the call, not a field a timer goroutine sets later.
+func TestLeaseReadsClockAtCall(t *testing.T) {
+	for _, probe := range []struct {
+		name string
+		lost func(*Lease) bool
+	}{
+		{"Err", func(ls *Lease) bool { return errors.Is(ls.Err(), ErrLockLost) }},
+		{"Done", func(ls *Lease) bool {
+			select {
+			case <-ls.Done():
+				return true
+			default:
+				return false
+			}
+		}},
+		{"Context.Err", func(ls *Lease) bool {
+			ctx, cancel := ls.Context(context.Background())
+			defer cancel()
+			return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrLockLost)
+		}},
+		{"Context.Done", func(ls *Lease) bool {
+			ctx, cancel := ls.Context(context.Background())
+			defer cancel()
+			select {
+			case <-ctx.Done():
+				return true
+			default:
+				return false
+			}
+		}},
+		{"Refresh", func(ls *Lease) bool { return errors.Is(ls.Refresh(context.Background()), ErrNotHeld) }},
+		{"Release", func(ls *Lease) bool { return errors.Is(ls.Release(context.Background()), ErrNotHeld) }},
+	} {
+		t.Run(probe.name, func(t *testing.T) {
+			l := NewLocker(newStub())
+			defer l.Close()
+			ls, err := l.TryAcquire(context.Background(), "a", &AcquireOptions{TTL: time.Hour, NoKeepAlive: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pause(ls)
+			if !probe.lost(ls) {
+				t.Fatalf("%s reports the lease held in the first instant after its deadline passed", probe.name)
+			}
+		})
+	}
+}
+
+// A reentrant Acquire never joins a hold whose deadline has passed.
+func TestReentrantJoinChecksDeadline(t *testing.T) {
+	l := NewLocker(newStub())
+	defer l.Close()
+	opts := &AcquireOptions{TTL: time.Hour, NoKeepAlive: true, Owner: "me"}
+	ls, err := l.TryAcquire(context.Background(), "a", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pause(ls)
+	if again, err := l.TryAcquire(context.Background(), "a", opts); err == nil {
+		t.Fatalf("a reentrant TryAcquire joined a hold past its deadline (token %d)", again.Token())
+	}
+}
+
+// A TTL outside the backend's declared range is refused, naming the range,
+// before the driver is called.
+func TestTTLOutsideDeclaredRange(t *testing.T) {
+	d := newStub()
+	d.caps.MinTTL, d.caps.MaxTTL = time.Second, time.Hour
+	l := NewLocker(d)
+	defer l.Close()
+	for _, ttl := range []time.Duration{-1, 1, MinTTL, time.Second - 1, time.Hour + 1, 1<<63 - 1} {
+		_, err := l.TryAcquire(context.Background(), "a", &AcquireOptions{TTL: ttl})
+		if !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("TTL %v: %v, want ErrInvalidOption", ttl, err)
+		}
+	}
+	_, err := l.TryAcquire(context.Background(), "a", &AcquireOptions{TTL: time.Hour + 1})
+	if msg := err.Error(); !strings.Contains(msg, "1s") || !strings.Contains(msg, "1h0m0s") {
+		t.Errorf("the error does not name the range: %s", msg)
+	}
+	if d.tries != 0 {
+		t.Errorf("the driver was called %d times for refused TTLs", d.tries)
+	}
+	for _, ttl := range []time.Duration{time.Second, time.Hour} {
+		ls, err := l.TryAcquire(context.Background(), "ok", &AcquireOptions{TTL: ttl})
+		if err != nil {
+			t.Fatalf("TTL %v within the range: %v", ttl, err)
+		}
+		ls.Release(context.Background())
+	}
+	// Below the portable minimum, whatever the backend declares.
+	d2 := newStub()
+	d2.caps.MinTTL = time.Millisecond
+	l2 := NewLocker(d2)
+	defer l2.Close()
+	if _, err := l2.TryAcquire(context.Background(), "a", &AcquireOptions{TTL: 2 * time.Millisecond}); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("a 2ms TTL (less validity than drift) was accepted: %v", err)
+	}
+}
+
+// Do's release ends by the caller's deadline even when the server does
+// not answer.
+func TestDoReleaseHonoursDeadline(t *testing.T) {
+	d := newStub()
+	d.blockRelease = true
+	l := NewLocker(d)
+	defer func() {
+		d.blockRelease = false
+		l.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		done <- Do(ctx, l, "a", nil, func(context.Context, *Lease) error { return nil })
+	}()
+	select {
+	case err := <-done:
+		if el := time.Since(start); el > 2*time.Second {
+			t.Fatalf("Do returned after %v for a 300ms context", el)
+		}
+		t.Logf("Do with a frozen release returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do with a 300ms context was still blocked in its release after 10s")
+	}
+}
