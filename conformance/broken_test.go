@@ -51,6 +51,13 @@ type flaws struct {
 	// timer did) grants the lock into a record the server has just
 	// deleted, so the next attempt is granted it again.
 	lazyOrphan bool
+	// truncatedTTL: the server keeps a lease at most one second, whatever
+	// TTL it was asked for (a timeout that overflowed or was clamped on the
+	// way to the server), while the driver declares no maximum.
+	truncatedTTL bool
+	// coarseExpiry: the server expires leases on a one-second clock, so a
+	// short lease outlives its TTL by up to two seconds on the server.
+	coarseExpiry bool
 }
 
 // space is the lock server: one namespace.
@@ -154,13 +161,24 @@ func (d *brokenDriver) grantLocked(req driver.Request) *brokenLease {
 	}
 	e := &entry{id: sp.seq, owner: req.Owner, token: tok}
 	if !d.f.noExpiry && !d.f.twoStepExpiry {
-		e.expires = time.Now().Add(req.TTL)
+		e.expires = time.Now().Add(d.serverTTL(req.TTL))
 	}
 	if !d.f.lossUnsignalled {
 		e.lost = make(chan struct{})
 	}
 	sp.locks[req.Name] = e
 	return d.leaseOf(req.Name, e)
+}
+
+// serverTTL is how long the server keeps a lease asked for with ttl.
+func (d *brokenDriver) serverTTL(ttl time.Duration) time.Duration {
+	switch {
+	case d.f.truncatedTTL:
+		return min(ttl, time.Second)
+	case d.f.coarseExpiry:
+		return ttl.Truncate(time.Second) + 2*time.Second
+	}
+	return ttl
 }
 
 func (d *brokenDriver) leaseOf(name string, e *entry) *brokenLease {
@@ -278,7 +296,7 @@ func (ls *brokenLease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("broken: %w", driver.ErrNotHeld)
 	}
 	if !ls.d.f.noExpiry {
-		e.expires = time.Now().Add(ttl)
+		e.expires = time.Now().Add(ls.d.serverTTL(ttl))
 	}
 	return nil
 }

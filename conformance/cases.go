@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -94,11 +95,14 @@ var cases = []testCase{
 		"A holder process killed with SIGKILL frees the lock within the backend's stated bound (Capabilities.ReleaseOnCrash: at once, the TTL, or the session timeout) plus the waiter's notice bound.",
 		[]need{needCrossProcess}, caseCrossProcessCrash},
 	{"PausedHolderFenced",
-		"A holder process stopped (SIGSTOP) until another client took the lock, then resumed, has its write with its old token rejected by the fenced resource, and its lease reported lost (ErrLockLost).",
+		"A holder process stopped (SIGSTOP) until another client took the lock, then resumed, has its write with its old token rejected by the fenced resource, and its lease reported lost (ErrLockLost); on a TTL-bound backend, Err, Done and the lease's Context already say so in the first instant after it resumes, before any of its timers has run.",
 		[]need{needFencing, needCrossProcess}, casePausedHolderFenced},
 	{"BadInput",
-		"Empty, over-long and invalid-UTF-8 names, and names the backend cannot store, are rejected with ErrInvalidName; a negative TTL or one below 1ms with ErrInvalidOption (zero means the default); nothing is left on the server; every name that is accepted is stored exactly (distinct names never collide).",
+		"Empty, over-long and invalid-UTF-8 names, and names the backend cannot store, are rejected with ErrInvalidName; a negative TTL or one below the portable minimum with ErrInvalidOption (zero means the default); nothing is left on the server; every name that is accepted is stored exactly (distinct names never collide).",
 		nil, caseBadInput},
+	{"TTLRange",
+		"The backend declares the TTL range it honours (Capabilities.MinTTL and MaxTTL): a TTL just outside it, or the largest duration, is refused with ErrInvalidOption and leaves nothing on the server; a lease with the longest TTL and no keep-alive stays exclusive (no overflow, rounding or truncation on the way to the server frees it early); on a TTL-bound backend a lease with the shortest TTL and no keep-alive holds until its Done closes, and the server frees it within the waiter's notice bound after that.",
+		nil, caseTTLRange},
 	{"Close",
 		"After Close, calls return ErrClosed, acquisitions in flight end with ErrClosed, leases end with ErrClosed and are released on the server (they stop renewing), a second Close is harmless, and nothing panics.",
 		nil, caseClose},
@@ -990,6 +994,86 @@ func caseBadInput(c *caseT) {
 	if len(held) > 0 {
 		c.expectFree(b, held[0].name, "after releasing an unusual name")
 	}
+}
+
+func caseTTLRange(c *caseT) {
+	a, b := c.Locker(), c.Locker()
+	lo, hi := max(c.caps.MinTTL, dlock.MinTTL), c.caps.MaxTTL
+	if hi != 0 && hi < lo {
+		c.Fatalf("Capabilities declare MaxTTL %v below MinTTL %v", hi, lo)
+	}
+	name := c.Name("range")
+	outside := []time.Duration{lo - time.Nanosecond}
+	if hi > 0 {
+		outside = append(outside, hi+time.Nanosecond, time.Duration(math.MaxInt64))
+	}
+	for _, ttl := range outside {
+		for _, try := range []bool{true, false} {
+			var ls *dlock.Lease
+			var err error
+			if try {
+				ls, err = a.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl, NoKeepAlive: true})
+			} else {
+				ls, err = a.Acquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl, NoKeepAlive: true})
+			}
+			if !errors.Is(err, dlock.ErrInvalidOption) {
+				if err == nil {
+					c.release(ls, "TTL outside the declared range")
+				}
+				c.Errorf("a TTL of %v, outside the declared range [%v, %v], returned %v, want ErrInvalidOption", ttl, lo, hi, err)
+			}
+		}
+	}
+	c.expectFree(b, name, "after calls refused for a TTL outside the declared range")
+	if rs, ok := c.h.(Residue); ok {
+		if k, err := rs.Residue(c.ctx, name); err != nil || k != 0 {
+			c.Errorf("after calls refused for their TTL, Residue is %d (%v), want 0", k, err)
+		}
+	}
+
+	// The longest TTL: a server-side timeout computed from it must not
+	// overflow to a short one. 2.5s outlasts a 1ms or 1s wrapped timeout
+	// and a timer of one-second granularity.
+	long := hi
+	if long == 0 {
+		long = time.Duration(math.MaxInt64)
+	}
+	ls := c.mustTry(a, name, &dlock.AcquireOptions{TTL: long, NoKeepAlive: true})
+	c.sleep(2500 * time.Millisecond)
+	if err := ls.Err(); err != nil {
+		c.Errorf("a lease with the longest TTL (%v) and no keep-alive ended within 2.5s: %v", long, err)
+	}
+	c.expectHeld(b, name, fmt.Sprintf("a lease with the longest TTL (%v) and no keep-alive, 2.5s after its grant", long))
+	c.release(ls, "longest TTL")
+
+	// The shortest TTL: it holds until Done, and the server lets it go
+	// soon after (a lease that ended locally does not keep the lock).
+	if c.caps.SessionBound {
+		c.Notef("declared TTL range [%v, %v]; session-bound: the shortest TTL's expiry is not checked", lo, hi)
+		return
+	}
+	short := c.Name("short")
+	ls = c.mustTry(a, short, &dlock.AcquireOptions{TTL: lo, NoKeepAlive: true})
+	t := time.NewTimer(lo + c.fast() + 5*time.Second)
+	defer t.Stop()
+	select {
+	case <-ls.Done():
+	case <-t.C:
+		c.Fatalf("a lease with the shortest TTL %v and no keep-alive did not end within %v", lo, lo+c.fast()+5*time.Second)
+	}
+	ended := time.Now()
+	bound := c.expiryNotice() + c.fast()
+	ctx, cancel := c.withTimeout(bound + 5*time.Second)
+	defer cancel()
+	next, err := b.Acquire(ctx, short, c.opts())
+	if err != nil {
+		c.Fatalf("after a lease with the shortest TTL %v ended, another client could not take the lock: %v", lo, err)
+	}
+	if el := time.Since(ended); el > bound {
+		c.Errorf("a lease with the shortest TTL %v ended locally %v before the server let another client take the lock (bound %v): the server kept a lock its holder had already given up", lo, el, bound)
+	}
+	c.release(next, "after the shortest TTL")
+	c.Notef("declared TTL range [%v, %v]", lo, hi)
 }
 
 func caseClose(c *caseT) {

@@ -25,8 +25,9 @@ import (
 // Protocol: the child writes lines on file descriptor 3, the parent
 // writes commands on the child's stdin.
 //
-//	child → parent: "acquired TOKEN", "write TOKEN", "done lost|other|timeout ERR", "error MSG"
-//	parent → child: "write", "wait-done DURATION", "exit"
+//	child → parent: "acquired TOKEN", "write TOKEN", "done lost|other|timeout ERR",
+//	                "watching", "pause lost|held|none DETAIL", "error MSG"
+//	parent → child: "write", "wait-done DURATION", "watch-pause", "pause-report", "exit"
 const (
 	envChild = "DLOCK_CONFORMANCE_CHILD" // the role; set means "be a child"
 	envURL   = "DLOCK_CONFORMANCE_URL"
@@ -81,6 +82,7 @@ func runChild(role string) int {
 		return 1
 	}
 	say("acquired %d", ls.Token())
+	pauses := make(chan string, 1)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd, arg, _ := strings.Cut(in.Text(), " ")
@@ -99,11 +101,64 @@ func runChild(role string) int {
 			case <-time.After(d):
 				say("done timeout the lease is still held after %v", d)
 			}
+		case "watch-pause":
+			go watchPause(ls, ttl, pauses)
+			say("watching for a pause")
+		case "pause-report":
+			select {
+			case r := <-pauses:
+				say("pause %s", r)
+			case <-time.After(10 * time.Second):
+				say("pause none no pause longer than the TTL was seen")
+			}
 		case "exit":
 			return 0
 		}
 	}
 	return 0
+}
+
+// watchPause spins, reading the clock, until it sees a gap of over 20ms
+// between two iterations across which the lease's deadline passed: the
+// process was stopped past the deadline. In the first instant after it
+// resumes (this goroutine was running when the process stopped, so it runs
+// first, before any timer of the lease fires) it reports what the lease
+// says: it must already read as lost through Err, Done and its Context.
+func watchPause(ls *dlock.Lease, ttl time.Duration, out chan<- string) {
+	lctx, cancel := ls.Context(context.Background())
+	defer cancel()
+	dl, hasDeadline := ls.Deadline()
+	if !hasDeadline {
+		out <- "none the lease has no deadline (session-bound)"
+		return
+	}
+	last := time.Now()
+	for {
+		now := time.Now()
+		if gap := now.Sub(last); gap > 20*time.Millisecond && !now.Before(dl) {
+			err := ls.Err()
+			done := false
+			select {
+			case <-ls.Done():
+				done = true
+			default:
+			}
+			cerr := lctx.Err()
+			detail := fmt.Sprintf("after a pause of %v that passed the deadline by %v (TTL %v): Err=%v, Done closed=%v, Context.Err=%v",
+				gap.Round(time.Millisecond), now.Sub(dl).Round(time.Millisecond), ttl, err, done, cerr)
+			if err != nil && done && cerr != nil {
+				out <- "lost " + detail
+			} else {
+				out <- "held " + detail
+			}
+			return
+		}
+		last = now
+		if dl, _ = ls.Deadline(); !now.Before(dl) {
+			out <- "none the lease ended before any pause: " + fmt.Sprint(ls.Err())
+			return
+		}
+	}
 }
 
 // child is a child process seen from the parent.
@@ -275,6 +330,13 @@ func casePausedHolderFenced(c *caseT) {
 	default:
 		c.Skipf("a paused holder keeps its connection and its lock, and the harness has no Revoker hook")
 	}
+	// A TTL-bound lease has a local deadline: the holder must read it as
+	// lost in the first instant after the pause, before its timers run.
+	watch := !c.caps.SessionBound
+	if watch {
+		c.tell(ch, "watch-pause")
+		c.expect(ch, "watching", 10*time.Second)
+	}
 	if err := pauseProcess(ch.cmd.Process); err != nil {
 		c.Fatalf("SIGSTOP of the child: %v", err)
 	}
@@ -306,6 +368,14 @@ func casePausedHolderFenced(c *caseT) {
 		c.Fatalf("SIGCONT of the child: %v", err)
 	}
 	stopped = false
+	if watch {
+		c.tell(ch, "pause-report")
+		if r := c.expect(ch, "pause", 20*time.Second); !strings.HasPrefix(r, "lost ") {
+			c.Errorf("the resumed holder was told it still held the lock in the first instant after a pause past its lease's deadline: %s", r)
+		} else {
+			c.Notef("first instant after the pause: %s", r)
+		}
+	}
 	c.tell(ch, "write")
 	old := c.token(c.expect(ch, "write", 10*time.Second))
 	if err := reg.Write(old, "child"); !errors.Is(err, ErrStaleToken) {

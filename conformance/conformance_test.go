@@ -39,6 +39,8 @@ func TestBrokenDriversAreCaught(t *testing.T) {
 		{name: "ReentrancyWithoutCount", f: flaws{ownerNoCount: true}, want: "Reentrancy"},
 		{name: "LazyExpiryGrantsTwice", f: flaws{lazyOrphan: true}, want: "ExpiryHandOver"},
 		{name: "ClaimsFairnessGrantsLIFO", f: flaws{lifo: true}, want: "Fairness"},
+		{name: "LongTTLTruncated", f: flaws{truncatedTTL: true}, want: "TTLRange"},
+		{name: "ServerKeepsEndedLease", f: flaws{coarseExpiry: true}, want: "TTLRange"},
 	}
 	// The suites mostly sleep: run them all at once (t.Parallel would run
 	// only GOMAXPROCS of them at a time).

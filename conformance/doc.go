@@ -121,12 +121,22 @@
 //   - PausedHolderFenced: A holder process stopped (SIGSTOP) until another
 //     client took the lock, then resumed, has its write with its old token
 //     rejected by the fenced resource, and its lease reported lost
-//     (ErrLockLost).
+//     (ErrLockLost); on a TTL-bound backend, Err, Done and the lease's
+//     Context already say so in the first instant after it resumes, before
+//     any of its timers has run.
 //   - BadInput: Empty, over-long and invalid-UTF-8 names, and names the
 //     backend cannot store, are rejected with ErrInvalidName; a negative TTL
-//     or one below 1ms with ErrInvalidOption (zero means the default); nothing
-//     is left on the server; every name that is accepted is stored exactly
-//     (distinct names never collide).
+//     or one below the portable minimum with ErrInvalidOption (zero means the
+//     default); nothing is left on the server; every name that is accepted is
+//     stored exactly (distinct names never collide).
+//   - TTLRange: The backend declares the TTL range it honours
+//     (Capabilities.MinTTL and MaxTTL): a TTL just outside it, or the largest
+//     duration, is refused with ErrInvalidOption and leaves nothing on the
+//     server; a lease with the longest TTL and no keep-alive stays exclusive
+//     (no overflow, rounding or truncation on the way to the server frees it
+//     early); on a TTL-bound backend a lease with the shortest TTL and no
+//     keep-alive holds until its Done closes, and the server frees it within
+//     the waiter's notice bound after that.
 //   - Close: After Close, calls return ErrClosed, acquisitions in flight end
 //     with ErrClosed, leases end with ErrClosed and are released on the server
 //     (they stop renewing), a second Close is harmless, and nothing panics.
