@@ -60,7 +60,7 @@ func Schemes() []string {
 // never appears in a returned error.
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
 	i := strings.Index(rawURL, "://")
-	if i <= 0 {
+	if i <= 0 || !validScheme(rawURL[:i]) {
 		return nil, fmt.Errorf("%w: malformed URL %q: want scheme://...", ErrInvalidOption, driver.Redact(rawURL))
 	}
 	scheme := strings.ToLower(rawURL[:i])
@@ -79,13 +79,26 @@ func Open(ctx context.Context, rawURL string) (*Locker, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil && isContextErr(err) {
 			return nil, ctxErr
 		}
-		return nil, scrub(fmt.Errorf("dlock: open %s: %w", driver.Redact(rawURL), err), driver.Secrets(rawURL))
+		return nil, &scrubbed{err: err, msg: "dlock: open " + driver.Redact(rawURL) + ": " + driver.Scrub(err.Error(), rawURL)}
 	}
 	return NewLocker(drv), nil
 }
 
-// scrubbed is an error whose text has secrets replaced; errors.Is and
-// errors.As still see the original chain.
+// validScheme reports whether s is an RFC 3986 scheme (so that text
+// before a "://" in a password is never printed as one).
+func validScheme(s string) bool {
+	for i, c := range s {
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// scrubbed is dlock.Open's error: "dlock: open <redacted URL>: " and the
+// driver's message scrubbed of the URL's secrets (driver.Scrub); errors.Is
+// and errors.As still see the driver's error.
 type scrubbed struct {
 	err error
 	msg string
@@ -93,18 +106,3 @@ type scrubbed struct {
 
 func (e *scrubbed) Error() string { return e.msg }
 func (e *scrubbed) Unwrap() error { return e.err }
-
-func scrub(err error, secrets []string) error {
-	msg := err.Error()
-	changed := false
-	for _, s := range secrets {
-		if len(s) >= 1 && strings.Contains(msg, s) {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-			changed = true
-		}
-	}
-	if !changed {
-		return err
-	}
-	return &scrubbed{err: err, msg: msg}
-}

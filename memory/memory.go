@@ -26,7 +26,6 @@ import (
 	"container/list"
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
@@ -45,14 +44,14 @@ var named struct {
 }
 
 func openURL(ctx context.Context, raw string) (driver.Locker, error) {
-	u, err := url.Parse(raw)
+	u, err := driver.ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: memory: malformed URL", dlock.ErrInvalidOption)
-	}
-	if err := driver.NewParams(u.Query()).Err(); err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
-	if u.User != nil || (u.Path != "" && u.Path != "/") {
+	if err := u.Params.Err(); err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	if u.HasUserinfo || (u.Path != "" && u.Path != "/") {
 		return nil, fmt.Errorf("%w: memory: want mem:// or mem://NAME", dlock.ErrInvalidOption)
 	}
 	if u.Host == "" {
@@ -160,7 +159,10 @@ func (l *locker) Capabilities() driver.Capabilities {
 		Fair:                 true,
 		Wait:                 driver.WaitQueue,
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
-		Notes:                "one process only; for tests and single-process programs",
+		// Any TTL: expiry is computed in this process with time.Time
+		// arithmetic, which saturates rather than wraps.
+		MaxTTL: 0,
+		Notes:  "one process only; for tests and single-process programs",
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -56,25 +55,21 @@ func invalid(format string, args ...any) error {
 
 // parseURL reads a redis://, rediss://, redis+cluster:// or redlock:// URL.
 func parseURL(raw string) (*config, error) {
-	u, err := url.Parse(raw)
+	u, err := driver.ParseURL(raw)
 	if err != nil {
-		// url.Error repeats the URL, password included: do not wrap it.
-		return nil, invalid("malformed URL")
+		return nil, fmt.Errorf("redis: %w", err)
 	}
-	cfg := &config{scheme: strings.ToLower(u.Scheme)}
+	cfg := &config{scheme: u.Scheme}
 	switch cfg.scheme {
 	case Scheme, SchemeTLS, SchemeCluster, SchemeRedlock:
 	default:
 		return nil, invalid("unknown scheme %q", u.Scheme)
 	}
-	if u.Opaque != "" || u.Fragment != "" {
-		return nil, invalid("want %s://host:port/...", cfg.scheme)
+	cfg.username, cfg.password = u.User, u.Password
+	if len(u.Hosts) == 0 {
+		return nil, invalid("missing host")
 	}
-	if u.User != nil {
-		cfg.username = u.User.Username()
-		cfg.password, _ = u.User.Password()
-	}
-	for _, h := range strings.Split(u.Host, ",") {
+	for _, h := range u.Hosts {
 		a, err := hostPort(h)
 		if err != nil {
 			return nil, err
@@ -96,7 +91,7 @@ func parseURL(raw string) (*config, error) {
 		cfg.db = n
 	}
 
-	q := driver.NewParams(u.Query())
+	q := u.Params
 	cfg.prefix = q.String("prefix", DefaultPrefix)
 	if cfg.prefix == "" {
 		cfg.prefix = DefaultPrefix

@@ -8,8 +8,10 @@
 //
 // "dlock run" acquires the lock NAME on the lock service at URL (-url, or
 // the DLOCK_URL environment variable), runs COMMAND with DLOCK_NAME,
-// DLOCK_TOKEN (the lease's fencing token) and DLOCK_URL (with any password
-// replaced by xxxxx) added to its environment, keeps the lease alive while
+// DLOCK_TOKEN (the lease's fencing token) and DLOCK_URL (redacted by
+// driver.Redact: the password and every secret parameter, such as
+// sslpassword, replaced by xxxxx, so COMMAND cannot reconnect with it)
+// added to its environment, keeps the lease alive while
 // COMMAND runs, releases the lock when COMMAND exits and exits with
 // COMMAND's status. By default it waits for the lock as long as it takes;
 // -wait D gives up after D and -no-wait does not wait at all.
@@ -152,10 +154,7 @@ func oneLine(s string) string {
 // scrub replaces the URL's passwords in s, as a last line of defence: the
 // library already keeps them out of its errors.
 func scrub(s, rawURL string) string {
-	for _, secret := range driver.Secrets(rawURL) {
-		s = strings.ReplaceAll(s, secret, "xxxxx")
-	}
-	return s
+	return driver.Scrub(s, rawURL)
 }
 
 // resolveURL returns the URL from the -url flag or DLOCK_URL.
@@ -200,7 +199,7 @@ Usage:
 
 dlock run acquires the lock NAME, runs COMMAND with DLOCK_NAME, DLOCK_TOKEN
 (the fencing token, which increases with every holder) and DLOCK_URL (its
-password replaced by xxxxx) in its environment, keeps the lease alive while
+password and secret parameters replaced by xxxxx) in its environment, keeps the lease alive while
 COMMAND runs, releases the lock when COMMAND exits, and exits with COMMAND's
 status. Signals to dlock (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to
 COMMAND's process group. If the lease is lost, COMMAND gets SIGTERM, then
