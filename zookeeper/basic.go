@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -63,16 +64,30 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 		switch {
 		case r.err == nil:
 			st := r.v[1].Stat
-			ls := l.newLease(path, sid, st.Mzxid, true, st.Version)
+			version, err := rebaseGuard(ctx, c, parent, st.Version)
+			if errors.Is(err, zk.ErrBadVersion) {
+				// The parent was written since our grant: look at the
+				// node itself (ours, or another grant's).
+				ls, err := l.basicRecover(ctx, parent, path, guid, sid)
+				if ls != nil || err != nil {
+					return ls, err
+				}
+				continue
+			}
+			if err != nil {
+				l.addOrphan(orphan{path: path, parent: parent, guid: guid, basic: true})
+				return nil, err
+			}
+			ls := l.newLease(path, sid, st.Mzxid, true, version)
 			var g result[nodeData]
 			select {
 			case g = <-gr:
 			case <-ctx.Done():
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-				if err := basicDelete(cctx, c, path, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
-					l.addOrphan(ls.orphan())
-				}
-				cancel()
+				l.cleanup(ctx, func(cctx context.Context) {
+					if err := basicDelete(cctx, c, path, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+						l.addOrphan(ls.orphan())
+					}
+				})
 				return nil, ctx.Err()
 			}
 			// The node's owner is the session the multi ran in (it may not
@@ -146,26 +161,15 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 // version from the first read is our grant's.
 func (l *locker) basicRecover(ctx context.Context, parent, path, guid string, sid int64) (driver.Lease, error) {
 	for {
-		_, pst, err := getNode(ctx, l.conn, parent)
+		st, version, err := l.basicFind(ctx, parent, path, guid)
 		if err == nil {
-			var d []byte
-			var st *zk.Stat
-			d, st, err = getNode(ctx, l.conn, path)
-			if errors.Is(err, zk.ErrNoNode) {
+			if st == nil {
 				return nil, nil
 			}
-			if err == nil {
-				if !bytes.HasPrefix(d, []byte(guid+"\n")) || st.EphemeralOwner != l.conn.SessionID() {
-					return nil, nil
-				}
-				l.recovered.Add(1)
-				ls := l.newLease(path, st.EphemeralOwner, st.Czxid, true, pst.Version)
-				ls.start(nil)
-				return ls, nil
-			}
-		}
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
+			l.recovered.Add(1)
+			ls := l.newLease(path, st.EphemeralOwner, st.Czxid, true, version)
+			ls.start(nil)
+			return ls, nil
 		}
 		if !errors.Is(err, zk.ErrConnectionClosed) && !retryable(err) {
 			return nil, err
@@ -176,11 +180,42 @@ func (l *locker) basicRecover(ctx context.Context, parent, path, guid string, si
 	}
 }
 
+// basicFind reads whether the lock node at path is the grant of the
+// attempt guid in the connection's session now; st is nil when it is not
+// (or there is none), else the node's stat and version the parent's data
+// version of that grant. See basicRecover.
+func (l *locker) basicFind(ctx context.Context, parent, path, guid string) (st *zk.Stat, version int32, err error) {
+	_, pst, err := getNode(ctx, l.conn, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	d, st, err := getNode(ctx, l.conn, path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if !bytes.HasPrefix(d, []byte(guid+"\n")) || st.EphemeralOwner != l.conn.SessionID() {
+		return nil, 0, nil
+	}
+	version, err = rebaseGuard(ctx, l.conn, parent, pst.Version)
+	if errors.Is(err, zk.ErrBadVersion) {
+		return nil, 0, nil // another grant since: not ours any more
+	}
+	return st, version, err
+}
+
 // basicAbandon cleans up after a cancelled acquire whose multi was in
-// flight.
+// flight, in the background (see cleanup).
 func (l *locker) basicAbandon(ctx context.Context, mr chan result[[]zk.MultiResponse], parent, path, guid string, sid int64) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
+	l.cleanup(ctx, func(cctx context.Context) { l.basicCleanUp(cctx, mr, parent, path, guid, sid) })
+}
+
+func (l *locker) basicCleanUp(cctx context.Context, mr chan result[[]zk.MultiResponse], parent, path, guid string, sid int64) {
 	select {
 	case r := <-mr:
 		switch {
@@ -193,18 +228,90 @@ func (l *locker) basicAbandon(ctx context.Context, mr chan result[[]zk.MultiResp
 			return // not applied
 		}
 	case <-cctx.Done():
+		// Still in flight (the server does not answer): the janitor's
+		// reads, sent after it in the same session, will see its effect.
 	}
-	if ls, _ := l.basicRecover(cctx, parent, path, guid, sid); ls != nil {
-		_ = ls.Release(cctx)
+	o := orphan{path: path, parent: parent, guid: guid, basic: true}
+	if !l.deleteOrphan(cctx, o) {
+		l.addOrphan(o)
 	}
 }
 
 // basicDelete deletes the basic lock node at path only if the parent's data
-// version is still the one set by the grant.
+// version is still the one set by the grant. It never sends -1 as the
+// expected version (see rebaseGuard).
 func basicDelete(ctx context.Context, c *zk.Conn, path string, version int32) error {
 	parent := path[:strings.LastIndexByte(path, '/')]
-	_, err := call(ctx, func() ([]zk.MultiResponse, error) {
+	version, err := rebaseGuard(ctx, c, parent, version)
+	if err != nil {
+		return err
+	}
+	_, err = call(ctx, func() ([]zk.MultiResponse, error) {
 		return c.Multi(&zk.CheckVersionRequest{Path: parent, Version: version}, &zk.DeleteRequest{Path: path, Version: -1})
 	})
 	return err
+}
+
+// basicDeleteOwned deletes the basic lock node at path if it is still the
+// grant with czxid token: used when the parent's version no longer matches
+// the grant's (someone else wrote the parent, e.g. rebaseGuard). It reads
+// the parent, then the node (a session's requests are applied in order):
+// while the node is this grant's nobody else can be granted, so the
+// parent's version read before it guards the delete.
+func basicDeleteOwned(ctx context.Context, c *zk.Conn, path string, token uint64) error {
+	parent := path[:strings.LastIndexByte(path, '/')]
+	_, pst, err := getNode(ctx, c, parent)
+	if err != nil {
+		return err
+	}
+	_, st, err := getNode(ctx, c, path)
+	if err != nil {
+		return err
+	}
+	if uint64(st.Czxid) != token {
+		return zk.ErrNoNode // another grant's node
+	}
+	return basicDelete(ctx, c, path, pst.Version)
+}
+
+// Versions. A znode's data version is a Java int: it wraps from MaxInt32
+// to MinInt32 and, 2^32 writes after 0, reaches -1, which a conditional
+// operation reads as "any version". The basic recipe bumps its parent's
+// version at every grant and guards the release with it, so a grant whose
+// version is -1 would be released by a check that checks nothing.
+const anyVersion int32 = -1
+
+// nextVersion is the server's increment of a data version (Go's int32
+// wraps as Java's int does).
+func nextVersion(v int32) int32 { return v + 1 }
+
+// guardFor returns the expected parent version that guards a grant that
+// left the parent at version v, and whether the parent must first be
+// bumped to reach it: never -1, which would check nothing.
+func guardFor(v int32) (guard int32, bump bool) {
+	if v != anyVersion {
+		return v, false
+	}
+	return nextVersion(v), true
+}
+
+// rebaseGuard returns the guard of a grant that left the parent at version
+// v (guardFor). When the parent must be bumped off -1 it does so
+// unconditionally (the only way) and keeps the new version only if it is
+// exactly the guard, which proves that no other write, hence no other
+// grant, happened since ours; otherwise it returns an error wrapping
+// zk.ErrBadVersion (the parent, maybe the lock, has moved on).
+func rebaseGuard(ctx context.Context, c *zk.Conn, parent string, v int32) (int32, error) {
+	g, bump := guardFor(v)
+	if !bump {
+		return g, nil
+	}
+	st, err := call(ctx, func() (*zk.Stat, error) { return c.Set(parent, nil, anyVersion) })
+	if err != nil {
+		return 0, err
+	}
+	if st.Version != g {
+		return 0, fmt.Errorf("%w: the parent was written since the grant", zk.ErrBadVersion)
+	}
+	return g, nil
 }

@@ -9,9 +9,15 @@
 // /dlock; created as persistent nodes on first use; it must not be the root
 // or under /zookeeper). Parameters (unknown ones are an error):
 //
-//   - session_timeout (default 10s, at least 100ms): the requested session
-//     timeout. The server clamps it to [2, 20] × its tickTime; the
-//     negotiated value is the lease's bound (below).
+//   - session_timeout (default 10s, at least 100ms, at most
+//     MaxSessionTimeout, about 596h31m: the protocol carries it as an int32
+//     of milliseconds, and a longer one is refused rather than wrapped): the
+//     requested session timeout. The server clamps it to its
+//     [minSessionTimeout, maxSessionTimeout] (by default [2, 20] ×
+//     tickTime); only the negotiated value, read from the server's connect
+//     response, is used: for Capabilities.ReleaseOnCrash and for loss
+//     detection (below). Asking for more than the server's maximum gets the
+//     maximum.
 //   - recipe=fair|basic (default fair): the locking recipe (below).
 //   - connect_timeout (default 10s): how long Open waits for a session.
 //
@@ -54,9 +60,13 @@
 // (its own node, the one ahead, the one ahead of that). A TryAcquire that
 // finds the lock held deletes its node again before it returns
 // ErrNotAcquired. A cancelled or failed Acquire deletes its node with a
-// fresh bounded context; what cannot be deleted then (the connection is
-// down) is deleted in the background as soon as the session is reachable
-// again.
+// fresh bounded context in the background: Acquire returns within a few
+// tens of milliseconds of its ctx's end even when the server does not
+// answer (a frozen server, a stalled network); Close waits for clean-ups
+// in flight. What cannot be deleted within the bound (5s) is handed to a
+// janitor that retries while the session lives: a create still in flight
+// is found by its GUID once the server answers, since a session's requests
+// are applied in order.
 //
 // # The basic recipe
 //
@@ -66,12 +76,26 @@
 // wakes all waiters (the herd effect). Not fair. A name must be locked with
 // one recipe only.
 //
+// Each grant is a multi that creates the node and bumps the parent's data
+// version; the release is a multi that checks that version and deletes the
+// node, so it can never delete a later grant's node. ZooKeeper's data
+// version is an int32 that wraps and, after 2^32 writes, reaches -1, which
+// a conditional operation reads as "any version". The driver never checks
+// against -1: a grant that leaves the parent at -1 bumps it once more (to
+// 0) and keeps that as its guard only if nothing else wrote the parent in
+// between; a release whose guard no longer matches (someone wrote the
+// parent) re-reads the parent and its node and deletes the node only if
+// its czxid is still the lease's token.
+//
 // # Sessions and leases
 //
 // A lease is its session's ephemeral node: it lasts as long as the session,
 // and AcquireOptions.TTL is ignored (Capabilities.SessionBound; the
 // keep-alive merely checks, in one round trip, that the node still exists
-// in this session). If the holder's process dies, the server deletes the
+// in this session). Capabilities declares the TTL range it accepts,
+// [dlock.MinTTL, MaxSessionTimeout]; a TTL outside it is refused with
+// ErrInvalidOption before any server call. A short TTL only makes the
+// keep-alive (every TTL/3) check the session more often. If the holder's process dies, the server deletes the
 // node when the session expires: Capabilities.ReleaseOnCrash is the
 // negotiated session timeout.
 //
@@ -89,7 +113,10 @@
 //
 // With OpenLocker, the Locker cannot see the connection's traffic: it ends
 // leases Options.SessionTimeout/3 minus the margin after the connection is
-// seen down (at once when the timeout is not given).
+// seen down (at once when the timeout is not given). go-zookeeper does not
+// expose the negotiated timeout, so Options.SessionTimeout must be it, not
+// the one requested: a larger value would report a loss too late. A value
+// above MaxSessionTimeout or negative is refused (ErrInvalidOption).
 //
 // A waiter whose session expired is never granted: its node is gone, and it
 // queues again in the new session.

@@ -590,16 +590,20 @@ func getWAll(ctx context.Context, c *zk.Conn, paths []string) ([]result[nodeData
 	return out, nil
 }
 
-// abandon deletes what a failed or cancelled attempt left, with a fresh
-// bounded context: its node, a node whose create is still in flight, or a
-// node whose create reply was lost (found by GUID). What cannot be deleted
-// now is left to the janitor.
+// abandon deletes what a failed or cancelled attempt left: its node, a
+// node whose create is still in flight, or a node whose create reply was
+// lost (found by GUID). It runs as a clean-up (see cleanup): in the
+// background with a fresh bounded context, so a cancelled Acquire returns
+// at once even when the server does not answer; what cannot be deleted in
+// time is left to the janitor.
 func (a *attempt) abandon(ctx context.Context) {
 	if a.node == "" && !a.unknown && a.pending == nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
+	a.l.cleanup(ctx, a.cleanUp)
+}
+
+func (a *attempt) cleanUp(cctx context.Context) {
 	if a.pending != nil {
 		select {
 		case r := <-a.pending:
@@ -609,6 +613,8 @@ func (a *attempt) abandon(ctx context.Context) {
 				a.unknown = true
 			}
 		case <-cctx.Done():
+			// Still in flight: a listing sent after it on the same
+			// session sees its node, found by GUID.
 			a.unknown = true
 		}
 	}

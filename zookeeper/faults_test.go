@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -200,6 +201,82 @@ func TestLostLeaseNodeDeleted(t *testing.T) {
 		if err := l2.Release(ctx); err != nil {
 			t.Error(err)
 		}
+		assertNoOrphans(t, admin, prefix)
+	})
+}
+
+// TestCancelOnFrozenServer: an Acquire whose ctx ends while the server does
+// not answer (its create in flight, or its node queued) returns at once;
+// its clean-up goes on in the background and, once the server answers
+// again, leaves no node behind.
+func TestCancelOnFrozenServer(t *testing.T) {
+	const bound = 100 * time.Millisecond // past ctx's end
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		px := newProxy(t, srv.Addr)
+		ctx := testCtx(t, 60*time.Second)
+		holder := open(t, srv.URL, prefix, "recipe="+recipe)
+		w := open(t, "zk://"+px.addr(), prefix, "recipe="+recipe)
+		held, err := holder.Acquire(ctx, "frozen", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		phases := []string{"create in flight"}
+		if recipe == RecipeFair {
+			phases = append(phases, "queued") // the basic recipe queues no node
+		}
+		for _, phase := range phases {
+			var cctx context.Context
+			var cancel context.CancelFunc
+			errc := make(chan error, 1)
+			if phase == "create in flight" {
+				px.pause()
+				cctx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+				go func() { _, err := w.Acquire(cctx, "frozen", nil); errc <- err }()
+			} else {
+				cctx, cancel = context.WithTimeout(ctx, time.Second)
+				go func() { _, err := w.Acquire(cctx, "frozen", nil); errc <- err }()
+				for len(kids(t, admin, prefix, "frozen")) != 2 {
+					if cctx.Err() != nil {
+						t.Fatal("the waiter never queued")
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				px.pause()
+			}
+			err := <-errc
+			dl, _ := cctx.Deadline()
+			late := time.Since(dl)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: Acquire returned %v, want DeadlineExceeded", phase, err)
+			}
+			if late > bound {
+				t.Errorf("%s: Acquire returned %v after its ctx ended, want at most %v (the clean-up must not hold it)", phase, late, bound)
+			}
+			time.Sleep(300 * time.Millisecond) // frozen a while longer
+			px.resume()
+			deadline := time.Now().Add(cleanupTimeout)
+			for {
+				k := kids(t, admin, prefix, "frozen")
+				if len(k) == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %v after the server answered again the queue is %v: the cancelled attempt left a node", phase, cleanupTimeout, k)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("%s: Acquire returned %v after its ctx ended", phase, late)
+		}
+		expectHeld(t, ctx, w, "frozen", "the holder keeps it")
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := w.TryAcquire(ctx, "frozen", nil)
+		if err != nil {
+			t.Fatalf("after the clean-ups, the lock is not free: %v", err)
+		}
+		_ = ls.Release(ctx)
 		assertNoOrphans(t, admin, prefix)
 	})
 }

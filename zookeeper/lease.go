@@ -261,6 +261,11 @@ func (ls *lease) Release(ctx context.Context) error {
 	var err error
 	if ls.basic {
 		err = basicDelete(ctx, ls.l.conn, ls.path, ls.version)
+		if errors.Is(err, zk.ErrBadVersion) {
+			// The parent was written since the grant (an administrator, or
+			// another client's rebaseGuard): check the node itself.
+			err = basicDeleteOwned(ctx, ls.l.conn, ls.path, ls.token)
+		}
 	} else {
 		err = deleteNode(ctx, ls.l.conn, ls.path)
 	}

@@ -49,6 +49,11 @@ const (
 )
 
 func newSession(conn *zk.Conn, tr *tracker, timeout time.Duration, events <-chan zk.Event) *session {
+	if tr != nil {
+		// A timeout go-zookeeper would wrap: never dial (waitSession
+		// returns the error at once).
+		tr.refused = checkSessionTimeout(timeout)
+	}
 	return &session{conn: conn, tr: tr, timeout: timeout, events: events,
 		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{})}
 }
@@ -58,7 +63,10 @@ func newSession(conn *zk.Conn, tr *tracker, timeout time.Duration, events <-chan
 // time it takes to wake up and close Lost.
 func lossMargin(timeout time.Duration) time.Duration { return timeout/50 + 5*time.Millisecond }
 
-// sessionTimeout is the timeout the server negotiated when known.
+// sessionTimeout is the timeout the server negotiated when known (the
+// Locker's own connection reads it from the connect response), else the
+// one given to OpenLocker (documented as the negotiated one). The requested
+// timeout is never used for a deadline: the server may have granted less.
 func (s *session) sessionTimeout() time.Duration {
 	if s.tr != nil {
 		if t := s.tr.negotiated(); t > 0 {
@@ -96,6 +104,9 @@ func (s *session) signal() {
 
 // waitSession waits until the connection has a session.
 func (s *session) waitSession(ctx context.Context, timeout time.Duration) error {
+	if s.tr != nil && s.tr.refused != nil {
+		return s.tr.refused
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -284,7 +295,9 @@ func (s *session) closeAll() {
 
 // orphan is a node to delete in the background: the node of a lease lost
 // while its session may live on, of an attempt whose clean-up failed, or
-// one whose create reply was lost (path empty: found by guid in parent).
+// one whose create reply was lost (path empty: found by guid in parent; a
+// basic-recipe node with a guid: deleted if its data says it is that
+// attempt's grant).
 type orphan struct {
 	path         string
 	parent, guid string
@@ -353,6 +366,16 @@ func (l *locker) deleteOrphan(ctx context.Context, o orphan) bool {
 	if l.conn.State() != zk.StateHasSession {
 		return false
 	}
+	if o.basic && o.guid != "" {
+		st, version, err := l.basicFind(ctx, o.parent, o.path, o.guid)
+		switch {
+		case err != nil:
+			return false
+		case st == nil:
+			return true
+		}
+		return l.deleteOrphan(ctx, orphan{path: o.path, basic: true, basicVersion: version})
+	}
 	if o.path == "" {
 		kids, err := children(ctx, l.conn, o.parent)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -382,5 +405,52 @@ func (l *locker) deleteOrphan(ctx context.Context, o orphan) bool {
 	default:
 		err = deleteNode(ctx, l.conn, o.path)
 		return err == nil || errors.Is(err, zk.ErrNoNode)
+	}
+}
+
+// cleanupGrace is how long a failed or cancelled attempt whose ctx has
+// ended waits for its clean-up before it returns, leaving the clean-up to
+// finish in the background. Against a responsive server the clean-up (one
+// or two round trips) is done by then, so the caller returns with nothing
+// left on the server; against a frozen one the caller is not held hostage.
+const cleanupGrace = 25 * time.Millisecond
+
+// cleanup runs f, the clean-up of a failed or cancelled attempt, in the
+// background with a fresh context bounded by cleanupTimeout (never the
+// caller's, which may have ended). It waits for f while ctx lives (a
+// TryAcquire that returns ErrNotAcquired has deleted its node), and at most
+// cleanupGrace after ctx ended. Close waits for every clean-up; what f
+// cannot delete in time it hands to the janitor, which retries while the
+// session lives.
+func (l *locker) cleanup(ctx context.Context, f func(cctx context.Context)) {
+	done := make(chan struct{})
+	run := func() {
+		defer close(done)
+		cctx, cancel := context.WithTimeout(l.bgCtx, cleanupTimeout)
+		defer cancel()
+		f(cctx)
+	}
+	l.bgMu.Lock()
+	if l.bgClosing {
+		l.bgMu.Unlock()
+		run()
+		return
+	}
+	l.bg.Add(1)
+	l.bgMu.Unlock()
+	go func() {
+		defer l.bg.Done()
+		run()
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }

@@ -25,6 +25,7 @@ type tracker struct {
 	lastAck atomic.Int64 // ns since base
 	timeout atomic.Int64 // negotiated session timeout in ns; 0 until known
 	dials   atomic.Int64 // connections made (tests)
+	refused error        // set before the first dial: dial refuses to connect
 
 	mu  sync.Mutex
 	cur *trackedConn // the newest connection (tests cut it)
@@ -34,6 +35,9 @@ func newTracker() *tracker { return &tracker{base: time.Now()} }
 
 // dialer returns a zk.Dialer (by shape) that wraps each connection.
 func (t *tracker) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	if t.refused != nil {
+		return nil, t.refused
+	}
 	c, err := net.DialTimeout(network, address, timeout)
 	if err != nil {
 		return nil, err
@@ -154,8 +158,8 @@ func (c *trackedConn) packet() {
 		if len(body) < 16 || binary.BigEndian.Uint64(body[8:16]) == 0 {
 			return // no session (expired): nothing was acknowledged
 		}
-		if ms := int32(binary.BigEndian.Uint32(body[4:8])); ms > 0 {
-			c.t.timeout.Store(int64(time.Duration(ms) * time.Millisecond))
+		if t := fromMillis(int32(binary.BigEndian.Uint32(body[4:8]))); t > 0 {
+			c.t.timeout.Store(int64(t))
 		}
 		c.wmu.Lock()
 		sent := c.connAt

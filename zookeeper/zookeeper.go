@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,6 +124,9 @@ func (o *Options) config() (config, error) {
 	if err := validatePrefix(c.prefix); err != nil {
 		return c, err
 	}
+	if err := checkSessionTimeout(o.SessionTimeout); err != nil {
+		return c, fmt.Errorf("zookeeper: Options.SessionTimeout: %w", err)
+	}
 	return c, nil
 }
 
@@ -144,33 +146,23 @@ func parseURL(raw string) (*parsedURL, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: zookeeper: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
 	}
-	rest, ok := strings.CutPrefix(raw, Scheme+"://")
-	if !ok {
+	u, err := driver.ParseURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: %w", err)
+	}
+	if u.Scheme != Scheme {
 		return nil, bad("want a %s:// URL", Scheme)
 	}
-	rest, query, _ := strings.Cut(rest, "?")
-	if i := strings.IndexByte(query, '#'); i >= 0 {
-		return nil, bad("a URL fragment is not allowed")
+	p := &parsedURL{user: u.User, password: u.Password}
+	if u.HasUserinfo && (u.User == "" || !u.HasPassword) {
+		return nil, bad("malformed user:password@ (want digest credentials)")
 	}
-	authority, path := rest, ""
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
-		authority, path = rest[:i], rest[i:]
+	if len(u.Hosts) == 0 {
+		return nil, bad("missing host")
 	}
-	p := &parsedURL{}
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		userinfo := authority[:at]
-		authority = authority[at+1:]
-		u, pw, hasPW := strings.Cut(userinfo, ":")
-		var err1, err2 error
-		p.user, err1 = url.PathUnescape(u)
-		p.password, err2 = url.PathUnescape(pw)
-		if err1 != nil || err2 != nil || p.user == "" || !hasPW {
-			return nil, bad("malformed user:password@ (want digest credentials)")
-		}
-	}
-	for _, h := range strings.Split(authority, ",") {
+	for _, h := range u.Hosts {
 		if h == "" {
-			return nil, bad("empty host in %q", authority)
+			return nil, bad("empty host in %q", u.Host)
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
@@ -184,23 +176,15 @@ func parseURL(raw string) (*parsedURL, error) {
 		}
 		p.hosts = append(p.hosts, net.JoinHostPort(host, port))
 	}
-	if path == "" || path == "/" {
+	if u.Path == "" || u.Path == "/" {
 		p.prefix = DefaultPrefix
 	} else {
-		pre, err := url.PathUnescape(path)
-		if err != nil {
-			return nil, bad("malformed path %q", path)
-		}
-		p.prefix = pre
+		p.prefix = u.Path
 	}
 	if err := validatePrefix(p.prefix); err != nil {
 		return nil, err
 	}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return nil, bad("malformed query: %v", err)
-	}
-	params := driver.NewParams(q)
+	params := u.Params
 	p.sessionTimeout = params.Duration("session_timeout", DefaultSessionTimeout)
 	p.connectTimeout = params.Duration("connect_timeout", DefaultConnectTimeout)
 	p.recipe = params.Enum("recipe", RecipeFair, RecipeFair, RecipeBasic)
@@ -209,6 +193,9 @@ func parseURL(raw string) (*parsedURL, error) {
 	}
 	if p.sessionTimeout < 100*time.Millisecond {
 		return nil, bad("session_timeout %v is below 100ms", p.sessionTimeout)
+	}
+	if err := checkSessionTimeout(p.sessionTimeout); err != nil {
+		return nil, fmt.Errorf("zookeeper: session_timeout: %w", err)
 	}
 	if p.connectTimeout <= 0 {
 		return nil, bad("connect_timeout must be positive")
@@ -290,6 +277,14 @@ type locker struct {
 	jmu     sync.Mutex
 	orphans []orphan      // nodes to delete in the background
 	jwake   chan struct{} // cap 1
+
+	// Clean-ups of failed or cancelled attempts running in the background
+	// (see cleanup); Close waits for them.
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	bgMu      sync.Mutex
+	bgClosing bool
+	bg        sync.WaitGroup
 }
 
 var (
@@ -300,6 +295,7 @@ var (
 
 func newLocker(conn *zk.Conn, own bool, cfg config, s *session) *locker {
 	l := &locker{conn: conn, own: own, cfg: cfg, s: s, done: make(chan struct{}), jwake: make(chan struct{}, 1)}
+	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
 	s.conn = conn
 	s.janitor = l.addOrphan
 	l.wg.Add(2)
@@ -317,6 +313,10 @@ func (l *locker) Capabilities() driver.Capabilities {
 		TokensSurviveRestart: true,
 		SessionBound:         true,
 		ReleaseOnCrash:       l.s.crashBound(),
+		// The TTL is ignored (the session bounds the lease), so every TTL
+		// is honoured; the range is that of ZooKeeper's own durations.
+		MinTTL: dlock.MinTTL,
+		MaxTTL: MaxSessionTimeout,
 	}
 	if l.cfg.recipe == RecipeFair {
 		c.Fair = true
@@ -331,6 +331,16 @@ func (l *locker) Capabilities() driver.Capabilities {
 
 func (l *locker) Close() error {
 	l.once.Do(func() {
+		l.bgMu.Lock()
+		l.bgClosing = true
+		l.bgMu.Unlock()
+		if l.own {
+			// Closing the session deletes every node it owns: the
+			// clean-ups in flight are moot.
+			l.bgCancel()
+		}
+		l.bg.Wait()
+		l.bgCancel()
 		if !l.own {
 			// Delete what lost leases left in the user's session.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
