@@ -2,8 +2,10 @@ package mysql
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -23,7 +25,28 @@ type pool struct {
 	multi bool
 
 	mu  sync.Mutex
-	ids map[any]int64 // driver connection → CONNECTION_ID()
+	ids map[any]sessionID // driver connection → its session
+}
+
+// sessionID identifies a connection's session on the server: its
+// CONNECTION_ID() and marker, the name of a user lock (GET_LOCK) that the
+// session took when it was opened. Connection ids start again when the
+// server restarts, so an id alone may name another client's session; the
+// marker, unique to this session and gone with it (and with the server's
+// restart), proves that a session is this one: IS_USED_LOCK(marker) is
+// its id while it lives, NULL afterwards.
+type sessionID struct {
+	id     int64
+	marker string // "" when the lock could not be taken
+}
+
+// newMarker returns a fresh marker: "dlock#conn#" and 32 hex digits, a
+// name no lock name maps to (lockKey's hashed names are "dlock#" and hex
+// digits only).
+func newMarker() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "dlock#conn#" + hex.EncodeToString(b[:])
 }
 
 func (p *pool) Close() {
@@ -68,21 +91,26 @@ func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
 	c := &conn{p: p, c: sc}
 	_ = sc.Raw(func(dc any) error { c.key = dc; return nil })
 	p.mu.Lock()
-	id, ok := p.ids[c.key]
+	ses, ok := p.ids[c.key]
 	p.mu.Unlock()
 	if !ok {
-		if err := sc.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		var got sql.NullInt64
+		ses.marker = newMarker()
+		if err := sc.QueryRowContext(ctx, "SELECT CONNECTION_ID(), GET_LOCK(?, 0)", ses.marker).Scan(&ses.id, &got); err != nil {
 			c.Release(true)
 			return nil, err
 		}
+		if got.Int64 != 1 {
+			ses.marker = ""
+		}
 		p.mu.Lock()
 		if p.ids == nil || len(p.ids) > 4*max(p.db.Stats().OpenConnections, 64) {
-			p.ids = make(map[any]int64) // forget connections closed by database/sql
+			p.ids = make(map[any]sessionID) // forget connections closed by database/sql
 		}
-		p.ids[c.key] = id
+		p.ids[c.key] = ses
 		p.mu.Unlock()
 	}
-	c.id = id
+	c.ses = ses
 	return c, nil
 }
 
@@ -91,12 +119,12 @@ type conn struct {
 	p   *pool
 	c   *sql.Conn
 	key any
-	id  int64
+	ses sessionID
 
 	released bool
 }
 
-func (c *conn) Session() int64 { return c.id }
+func (c *conn) Session() int64 { return c.ses.id }
 
 // Run sends the script as one multi-statement when the DSN allows it,
 // statement by statement otherwise.
@@ -150,18 +178,24 @@ func (c *conn) query(ctx context.Context, q string, args, dest []any) (bool, err
 	return found, rows.Close()
 }
 
-// Abandon closes the connection and kills it on the server (from another
-// connection). Closing frees the pool's slot first, so the KILL never
-// waits for the connections that queue behind this one's lock; an idle
-// session notices the close at once, and the KILL ends one still waiting
-// for a row lock or in GET_LOCK, which would otherwise wait on after the
-// client gave up. MySQL connection ids are not reused while the server
-// runs.
+// Abandon closes the connection and kills its session on the server
+// (from another connection). Closing frees the pool's slot first, so the
+// KILL never waits for the connections that queue behind this one's lock;
+// an idle session notices the close at once, and the KILL ends one still
+// waiting for a row lock or in GET_LOCK, which would otherwise wait on
+// after the client gave up. The KILL names the session by its marker
+// (KILL IS_USED_LOCK(marker)), never by its id alone: after a restart of
+// the server the old id may belong to another client, whose session must
+// not be ended; the marker lock died with the old server, so nothing is
+// killed then (the session died with it too).
 func (c *conn) Abandon(ctx context.Context) {
 	c.Release(true)
+	if c.ses.marker == "" {
+		return // not provably this session: no KILL
+	}
 	kctx, cancel := context.WithTimeout(ctx, killTimeout)
 	defer cancel()
-	_, _ = c.p.db.ExecContext(kctx, "KILL ?", c.id)
+	_, _ = c.p.db.ExecContext(kctx, "KILL IS_USED_LOCK(?)", c.ses.marker)
 }
 
 // killTimeout bounds Abandon's KILL.

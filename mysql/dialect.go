@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/sqllock"
 )
@@ -52,14 +53,64 @@ func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	}
 	out := stmts{st("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema +
 		" AND TABLE_NAME IN (" + literal(name) + ", " + literal(name+sqllock.SeqSuffix) + ")")}
-	for _, ddl := range []string{table, counter} {
+	// The counter starts at the server's clock in microseconds: a counter
+	// dropped and created again goes on above every token the old one can
+	// have issued (unless it issued more than one per microsecond of its
+	// life, or the server's clock went back).
+	start := "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)"
+	for i, ddl := range []string{table, counter} {
+		sql := literal(ddl)
+		if i == 1 {
+			sql = "CONCAT(" + sql + ", ' AUTO_INCREMENT=', " + start + ")"
+		}
 		out = append(out,
-			st("SET @dlock_ddl = IF(@dlock_m < 2, "+literal(ddl)+", 'DO 0')"),
+			st("SET @dlock_ddl = IF(@dlock_m < 2, "+sql+", 'DO 0')"),
 			st("PREPARE dlock_ddl FROM @dlock_ddl"),
 			st("EXECUTE dlock_ddl"),
 			st("DEALLOCATE PREPARE dlock_ddl"))
 	}
 	return out
+}
+
+// Check refuses servers whose token counter is not durable: MySQL before
+// 8.0 recomputes an InnoDB AUTO_INCREMENT counter at restart from the
+// table's largest id (the counter table is kept empty: it would start
+// again at 1), and so does MariaDB before 10.2.4 (MariaDB 10.3 is needed
+// anyway, for NOWAIT); a counter table of another engine (created by
+// hand) is refused too.
+func (*dialect) Check(t sqllock.Table) []sqllock.Stmt {
+	schema, name := "DATABASE()", t.Raw
+	if db, n, ok := strings.Cut(t.Raw, "."); ok {
+		schema, name = literal(db), n
+	}
+	ver := "(SUBSTRING_INDEX(VERSION(), '.', 1) * 1000 + SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1))"
+	return stmts{st("SELECT CASE" +
+		" WHEN VERSION() LIKE '%MariaDB%' AND " + ver + " < 10003 THEN CONCAT('MariaDB ', VERSION(), ' is older than 10.3 (NOWAIT; a durable AUTO_INCREMENT counter)')" +
+		" WHEN VERSION() NOT LIKE '%MariaDB%' AND " + ver + " < 8000 THEN CONCAT('MySQL ', VERSION(), ' is older than 8.0: it recomputes AUTO_INCREMENT counters at restart, so tokens would start again')" +
+		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+sqllock.SeqSuffix) + "), 'InnoDB') <> 'InnoDB'" +
+		" THEN 'the token counter " + strings.ReplaceAll(name, "'", "") + sqllock.SeqSuffix + " is not an InnoDB table: its AUTO_INCREMENT may not be durable'" +
+		" ELSE '' END")}
+}
+
+// FoldIdent keeps identifiers as they are: whether table names are case
+// sensitive is the server's setting (lower_case_table_names), and nothing
+// is derived from the table's name on MySQL but the claim, which lives in
+// the table itself.
+func (*dialect) FoldIdent(ident string) string { return ident }
+
+func (*dialect) Resolve(t sqllock.Table) []sqllock.Stmt {
+	schema, name := "DATABASE()", t.Raw
+	if db, n, ok := strings.Cut(t.Raw, "."); ok {
+		schema, name = literal(db), n
+	}
+	return stmts{st("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name))}
+}
+
+func (*dialect) Claim(t sqllock.Table, strategy string) []sqllock.Stmt {
+	return stmts{
+		st("INSERT IGNORE INTO "+t.Q+" (name, owner) VALUES ('', ?)", strategy),
+		st("SELECT owner FROM " + t.Q + " WHERE name = ''"),
+	}
 }
 
 // literal quotes s as a string literal (s is SQL this package wrote).
@@ -112,7 +163,49 @@ func session(r sqllock.Req) sqllock.Stmt {
 	wait := lockWait(q)
 	return st("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
 		" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL",
-		sqllock.CeilSeconds(r.TTL, 1, 31536000), wait)
+		waitTimeout(r.TTL), wait)
+}
+
+// Server limits (MySQL 8 and MariaDB on Linux clamp a larger value to
+// them; MySQL 8 allows innodb_lock_wait_timeout up to 1073741824, MariaDB
+// up to 100000000).
+const (
+	maxWaitTimeout = 31536000  // wait_timeout, seconds
+	maxLockWait    = 100000000 // innodb_lock_wait_timeout, seconds
+	maxGetLockWait = maxWaitTimeout * time.Second
+	maxVersionTTL  = 10 * 365 * 24 * time.Hour
+	minPinnedTTL   = time.Second // wait_timeout counts whole seconds
+	minVersionTTL  = 5 * time.Millisecond
+	maxPinnedTTL   = maxWaitTimeout * time.Second
+)
+
+// TTLRange: the connection strategies set wait_timeout to the TTL in
+// whole seconds (1 to 31536000), so a TTL under a second is not one the
+// server can enforce; version leases expire at the server's
+// UTC_TIMESTAMP(6) plus the TTL in microseconds, a DATETIME(6) that must
+// stay below the year 10000 (an overflowing sum is NULL: a free lock).
+func (*dialect) TTLRange(s sqllock.Strategy) (lo, hi time.Duration) {
+	if s == sqllock.Version {
+		return minVersionTTL, maxVersionTTL
+	}
+	return minPinnedTTL, maxPinnedTTL
+}
+
+// waitTimeout is the session's wait_timeout for a lease of ttl: whole
+// seconds rounded up, within the server's range.
+func waitTimeout(ttl time.Duration) int64 { return sqllock.CeilSeconds(ttl, 1, maxWaitTimeout) }
+
+// getLockTimeout is GET_LOCK's timeout in seconds for r: 0 for NoWait,
+// else the wait (a second at least, the server's longest at most; a wait
+// that ends early is started again).
+func getLockTimeout(r sqllock.Req) float64 {
+	switch {
+	case r.NoWait:
+		return 0
+	case r.Wait > 0:
+		return float64(sqllock.CeilMillis(r.Wait, 1, int64(maxGetLockWait/time.Millisecond))) / 1000
+	}
+	return maxWaitTimeout
 }
 
 // lockWait is innodb_lock_wait_timeout for r: its wait in whole seconds,
@@ -122,9 +215,9 @@ func lockWait(r sqllock.Req) int64 {
 	case r.NoWait:
 		return 0
 	case r.Wait > 0:
-		return sqllock.CeilSeconds(r.Wait, 1, 1073741824)
+		return sqllock.CeilSeconds(r.Wait, 1, maxLockWait)
 	}
-	return 1073741824
+	return maxLockWait
 }
 
 // restore puts the session's timeouts back.
@@ -145,13 +238,7 @@ func (d *dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 				r.Owner, r.Name),
 			st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 	}
-	timeout := 0.0
-	if !r.NoWait {
-		timeout = 31536000
-		if r.Wait > 0 {
-			timeout = r.Wait.Seconds()
-		}
-	}
+	timeout := getLockTimeout(r)
 	// GET_LOCK's holder needs no row: the token alone is written nowhere
 	// but the counter.
 	out := stmts{session(r), st("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout)}
@@ -199,8 +286,8 @@ func (d *dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt 
 	}
 	out = append(out, d.token(t, "@dlock_x = 1 AND (@dlock_r IS NULL OR @dlock_r <= 0)")...)
 	return append(out,
-		st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = NULL"+
-			" WHERE name = ? AND @dlock_t IS NOT NULL", r.Owner, sqllock.Micros(r.TTL), r.Name),
+		st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
+			" WHERE name = ? AND @dlock_t IS NOT NULL", r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Name),
 		st("COMMIT"),
 		st("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL) FROM DUAL WHERE @dlock_x = 1"))
 }
@@ -217,6 +304,13 @@ func (*dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{
 		st("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
 		st("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+	}
+}
+
+func (*dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{
+		st("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND session = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Nonce),
+		st("SELECT ROW_COUNT()"),
 	}
 }
 

@@ -1,8 +1,10 @@
 // Package mysql is dlock's MySQL and MariaDB driver (with
 // go-sql-driver/mysql over database/sql). Import it for its side effect of
 // registering the mysql:// URL scheme, or call OpenLocker with an
-// existing *sql.DB. It is tested on MariaDB and written for MySQL 8 too
-// (SELECT … FOR UPDATE NOWAIT needs MariaDB 10.3 or MySQL 8.0).
+// existing *sql.DB. It is tested on MariaDB and written for MySQL 8 too:
+// it refuses (ErrInvalidOption) MariaDB before 10.3 and MySQL before 8.0,
+// whose InnoDB recomputes an AUTO_INCREMENT counter at restart (tokens
+// would start again), and a token counter table not on InnoDB.
 //
 // # Strategies
 //
@@ -12,10 +14,16 @@
 //     row-lock queue; Acquire's wait is bounded by the context's deadline
 //     (innodb_lock_wait_timeout, whole seconds) and cut short by its
 //     cancellation (the client closes the connection and the driver KILLs
-//     it on the server, so no waiter is left behind). Release commits. The
-//     session's wait_timeout is set to the TTL rounded up to whole seconds
-//     (at least 1s): a holder that stops talking loses the lock after it; a
-//     holder whose process dies loses it at once. The keep-alive (every
+//     its session on the server, so no waiter is left behind; the KILL
+//     names the session by a user lock it took when it connected,
+//     KILL IS_USED_LOCK(marker), never by a connection id alone, which
+//     after a restart of the server may be another client's). Release
+//     commits. The session's wait_timeout is set to the TTL rounded up to
+//     whole seconds: a holder that stops talking loses the lock after it;
+//     a holder whose process dies loses it at once; and when a lease ends
+//     for its holder (its deadline passed unrefreshed) the driver closes
+//     its connection at that moment, so the server frees the lock then,
+//     not a second later. The keep-alive (every
 //     TTL/3) pings the pinned connection. The token is taken inside the
 //     lease's open transaction, so before it is returned a short
 //     transaction on another connection (a counter value taken and
@@ -34,14 +42,37 @@
 //     server's clock (UTC_TIMESTAMP(6)); refresh and release are
 //     conditional on the grant's token. Waiters poll with capped, jittered
 //     backoff (MySQL has no LISTEN), sleeping no longer than the holder's
-//     remaining TTL.
+//     remaining TTL. An attempt whose reply is lost (a cancelled
+//     context) is undone by a clean-up keyed by a nonce the attempt wrote
+//     to the row, so it leaves no lease behind.
 //   - getlock: GET_LOCK(name, timeout) on a pinned connection; names
 //     longer than 64 characters (GET_LOCK's limit) are replaced by
 //     "dlock#" and 58 hex digits of their SHA-256. GET_LOCK's names are
 //     server-wide, not per database or table.
 //
+// TTLs (Capabilities.MinTTL and MaxTTL): forupdate and getlock accept 1s
+// to 31536000s (wait_timeout's range, in whole seconds: a shorter TTL is
+// not one the server can enforce); version accepts 5ms to 10 years (its
+// expiry, UTC_TIMESTAMP(6) plus the TTL, must stay a DATETIME). A TTL
+// outside is ErrInvalidOption before any server call.
+//
+// # Tables
+//
+// One table serves one strategy: a row lock, a lease row and a GET_LOCK
+// do not see each other, so two strategies on one table would both hold
+// one name. The first Locker to use a table records its strategy in it
+// (the row of the empty name, which is no lock name); a Locker of another
+// strategy on that table fails with ErrInvalidOption. Without a table
+// parameter (or with table=dlock_locks) forupdate uses dlock_locks and the
+// others dlock_locks_version and dlock_locks_getlock. GET_LOCK's names are
+// server-wide: getlock Lockers on two tables exclude each other but take
+// tokens from two counters; give every getlock Locker of a name the same
+// table.
+//
 // Every strategy's token is a value of an AUTO_INCREMENT counter (table
-// <table>_fence, kept empty), which InnoDB never rolls back: a holder
+// <table>_fence, kept empty, created starting at the server's clock in
+// microseconds, so that a counter dropped and created again goes on above
+// the old one's tokens), which InnoDB never rolls back: a holder
 // whose transaction died with its connection cannot share its token with
 // the next holder. forupdate and version also write the token to the
 // name's row (column fence); getlock writes no row. A script of statements is sent as one multi-statement (one
@@ -56,22 +87,35 @@
 //	mysql://user:password@tcp(host:port)/database?strategy=forupdate
 //	mysql://user:password@host:port/database?strategy=getlock
 //
-// The first form is go-sql-driver's DSN behind mysql://; in the second,
-// user and password may be percent-encoded. dlock's parameters:
+// The first form is go-sql-driver's DSN behind mysql://. In both, user
+// and password may be percent-encoded (a '%' must be written %25), and
+// the URL is read as driver.ParseURL reads every dlock URL. dlock's
+// parameters:
 //
 //   - strategy: forupdate (default), version or getlock.
 //   - table: the lock table, "table" or "database.table" (default
-//     dlock_locks); letters, digits and underscores only.
+//     dlock_locks for forupdate, dlock_locks_<strategy> for the others; see
+//     Tables); letters, digits and underscores only.
 //   - migrate: create the table and its counter if missing (default true).
 //
-// The other parameters must be go-sql-driver's (tls, timeout, readTimeout,
-// writeTimeout, charset, collation, loc, maxAllowedPacket,
-// connectionAttributes, …) or one of the session variables sql_mode,
-// time_zone and transaction_isolation; any other is an error (go-sql-driver
-// would send it to the server as a variable, where a misspelt dlock
-// parameter fails late). dlock sets interpolateParams=true, parseTime=true
-// and multiStatements=true (set multiStatements=false to send one statement
-// per round trip).
+// go-sql-driver's parameters allowed, each validated: the booleans
+// allowCleartextPasswords, allowFallbackToPlaintext, allowNativePasswords,
+// allowOldPasswords, checkConnLiveness, clientFoundRows,
+// columnsWithAlias, compress, rejectReadOnly, interpolateParams,
+// parseTime and multiStatements; the durations timeout, readTimeout,
+// writeTimeout and timeTruncate; maxAllowedPacket; the names charset (one
+// charset), collation, tls and serverPubKey; loc (a time zone name);
+// connectionAttributes (key:value,...). allowAllFiles is refused (dlock
+// never loads files, and it lets a server read the client's). The
+// session variables time_zone ('+00:00', 'SYSTEM' or a zone name),
+// sql_mode (a comma-separated list of modes) and transaction_isolation
+// (READ-COMMITTED, ...) are accepted only with values of that form,
+// quoted or not: go-sql-driver sends them to the server as
+// "SET name = value", so anything else could be SQL. Any other parameter
+// is an error. dlock sets interpolateParams=true, parseTime=true and
+// multiStatements=true (set multiStatements=false to send one statement
+// per round trip); a URL that sets a session variable gets
+// multiStatements=false, and asking for both is an error.
 //
 // Open connects (and creates the tables) before it returns. The password
 // never appears in an error.
@@ -81,9 +125,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -106,7 +152,9 @@ type Options struct {
 	// Strategy is "forupdate" (default), "version" or "getlock".
 	Strategy string
 	// Table is the lock table, "table" or "database.table" (default
-	// DefaultTable). It is validated as identifiers and quoted.
+	// DefaultTable for forupdate, DefaultTable_<strategy> for the others:
+	// one table serves one strategy). It is validated as identifiers and
+	// quoted.
 	Table string
 	// NoMigrate: do not create the tables on first use.
 	NoMigrate bool
@@ -137,74 +185,140 @@ func OpenLocker(db *sql.DB, opts *Options) *dlock.Locker {
 	return dlock.NewLocker(sqllock.New(cfg))
 }
 
-// driverParams are go-sql-driver's DSN parameters, and the session
-// variables accepted in a URL.
-var driverParams = []string{
-	"allowAllFiles", "allowCleartextPasswords", "allowFallbackToPlaintext", "allowNativePasswords", "allowOldPasswords",
-	"charset", "checkConnLiveness", "clientFoundRows", "collation", "columnsWithAlias", "compress", "connectionAttributes",
-	"loc", "timeTruncate", "maxAllowedPacket", "multiStatements", "readTimeout", "rejectReadOnly", "serverPubKey",
-	"timeout", "tls", "writeTimeout", "interpolateParams", "parseTime",
-	"sql_mode", "time_zone", "transaction_isolation",
+// Session variables a URL may set, each with the strict pattern of its
+// value (quotes are added by dlock). go-sql-driver sends a session
+// variable to the server verbatim as "SET name = value": a value outside
+// these patterns could be SQL, and is refused.
+var sessionVars = map[string]*regexp.Regexp{
+	"time_zone":             regexp.MustCompile(`^(?i:system|[+-][0-9]{1,2}:[0-9]{2}|[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*)$`),
+	"sql_mode":              regexp.MustCompile(`^[A-Za-z_]*(,[A-Za-z_]+)*$`),
+	"transaction_isolation": regexp.MustCompile(`^(?i:read-uncommitted|read-committed|repeatable-read|serializable)$`),
 }
+
+var (
+	// nameRE is a charset, collation, TLS config or public key name.
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	// locRE is a time zone name for time.LoadLocation.
+	locRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`)
+	// attrsRE is connectionAttributes: key:value pairs separated by commas.
+	attrsRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+:[A-Za-z0-9_./ -]*(,[A-Za-z0-9_.-]+:[A-Za-z0-9_./ -]*)*$`)
+)
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: mysql: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
 }
 
 // parseURL turns a mysql:// URL into dlock's options and go-sql-driver's
-// config.
+// config. It reads the URL with driver.ParseURL and fills the config
+// itself: only the parameters read below reach go-sql-driver, each
+// validated, so that no URL parameter can be executed as SQL.
 func parseURL(raw string) (*Options, *gomysql.Config, error) {
-	rest, ok := strings.CutPrefix(raw, Scheme+"://")
-	if !ok {
+	u, err := driver.ParseURL(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mysql: %w", err)
+	}
+	if u.Scheme != Scheme {
 		return nil, nil, invalid("want mysql://user:password@host:port/database")
 	}
-	rest, query, _ := strings.Cut(rest, "?")
-	vals, err := url.ParseQuery(query)
-	if err != nil {
-		return nil, nil, invalid("malformed query")
-	}
-	q := driver.NewParams(vals)
+	q := u.Params
 	opts := &Options{
-		Strategy:        q.Enum("strategy", string(sqllock.ForUpdate), string(sqllock.ForUpdate), string(sqllock.Version), "getlock"),
-		Table:           q.String("table", DefaultTable),
-		NoMigrate:       !q.Bool("migrate", true),
-		MultiStatements: q.Bool("multiStatements", true),
+		Strategy:  q.Enum("strategy", string(sqllock.ForUpdate), string(sqllock.ForUpdate), string(sqllock.Version), "getlock"),
+		Table:     q.String("table", DefaultTable),
+		NoMigrate: !q.Bool("migrate", true),
 	}
-	pass := q.Rest()
-	for k := range pass {
-		if slices.Contains(driverParams, k) {
-			q.Has(k)
+	cfg := gomysql.NewConfig()
+	cfg.InterpolateParams = q.Bool("interpolateParams", true)
+	cfg.ParseTime = q.Bool("parseTime", true)
+	cfg.AllowCleartextPasswords = q.Bool("allowCleartextPasswords", false)
+	cfg.AllowFallbackToPlaintext = q.Bool("allowFallbackToPlaintext", false)
+	cfg.AllowNativePasswords = q.Bool("allowNativePasswords", true)
+	cfg.AllowOldPasswords = q.Bool("allowOldPasswords", false)
+	cfg.CheckConnLiveness = q.Bool("checkConnLiveness", true)
+	cfg.ClientFoundRows = q.Bool("clientFoundRows", false)
+	cfg.ColumnsWithAlias = q.Bool("columnsWithAlias", false)
+	cfg.RejectReadOnly = q.Bool("rejectReadOnly", false)
+	cfg.Timeout = q.Duration("timeout", 0)
+	cfg.ReadTimeout = q.Duration("readTimeout", 0)
+	cfg.WriteTimeout = q.Duration("writeTimeout", 0)
+	cfg.MaxAllowedPacket = q.Int("maxAllowedPacket", cfg.MaxAllowedPacket, 0, 1<<30)
+	compress := q.Bool("compress", false)
+	truncate := q.Duration("timeTruncate", 0)
+	charset := q.String("charset", "")
+	cfg.Collation = q.String("collation", "")
+	cfg.TLSConfig = q.String("tls", "")
+	cfg.ServerPubKey = q.String("serverPubKey", "")
+	cfg.ConnectionAttributes = q.String("connectionAttributes", "")
+	loc := q.String("loc", "")
+	multi, multiSet := q.Bool("multiStatements", true), q.Has("multiStatements")
+	for name, re := range sessionVars {
+		v, ok := strings.CutPrefix(q.String(name, ""), "'")
+		if !q.Has(name) {
+			continue
 		}
+		if ok {
+			if v, ok = strings.CutSuffix(v, "'"); !ok {
+				return nil, nil, invalid("parameter %s: unbalanced quote", name)
+			}
+		}
+		if !re.MatchString(v) {
+			return nil, nil, invalid("parameter %s=%q: not a valid value of %s", name, v, name)
+		}
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params[name] = "'" + v + "'"
 	}
 	if err := q.Err(); err != nil {
 		return nil, nil, fmt.Errorf("mysql: %w", err)
 	}
-	at := strings.LastIndexByte(rest, '@')
-	userinfo, hostdb := "", rest
-	if at >= 0 {
-		userinfo, hostdb = rest[:at], rest[at+1:]
-	}
-	if !strings.Contains(hostdb, "(") { // host:port/db → tcp(host:port)/db
-		host, db, _ := strings.Cut(hostdb, "/")
-		hostdb = "tcp(" + host + ")/" + db
-		if u, err := url.Parse("x://" + userinfo + "@h"); err == nil && at >= 0 {
-			p, _ := u.User.Password()
-			userinfo = u.User.Username()
-			if _, has := u.User.Password(); has {
-				userinfo += ":" + p
-			}
+	for _, c := range []struct{ name, v string }{{"charset", charset}, {"collation", cfg.Collation}, {"tls", cfg.TLSConfig}, {"serverPubKey", cfg.ServerPubKey}} {
+		if c.v != "" && !nameRE.MatchString(c.v) {
+			return nil, nil, invalid("parameter %s=%q: want a name of letters, digits, '_', '.' and '-'", c.name, c.v)
 		}
 	}
-	dsn := hostdb
-	if at >= 0 {
-		dsn = userinfo + "@" + hostdb
+	if cfg.ConnectionAttributes != "" && !attrsRE.MatchString(cfg.ConnectionAttributes) {
+		return nil, nil, invalid("parameter connectionAttributes=%q: want key:value,key:value", cfg.ConnectionAttributes)
 	}
-	pass.Set("interpolateParams", "true")
-	pass.Set("parseTime", "true")
-	pass.Set("multiStatements", fmt.Sprint(opts.MultiStatements))
-	cfg, err := gomysql.ParseDSN(dsn + "?" + pass.Encode())
-	if err != nil {
-		return nil, nil, invalid("%v", err)
+	if loc != "" {
+		if !locRE.MatchString(loc) {
+			return nil, nil, invalid("parameter loc=%q: want a time zone name", loc)
+		}
+		if cfg.Loc, err = time.LoadLocation(loc); err != nil {
+			return nil, nil, invalid("parameter loc=%q: unknown time zone", loc)
+		}
+	}
+	if charset != "" {
+		_ = cfg.Apply(gomysql.Charset(charset, cfg.Collation))
+	}
+	_ = cfg.Apply(gomysql.EnableCompression(compress), gomysql.TimeTruncate(truncate))
+	// Session variables come from the URL: keep multi-statements off on
+	// their connections, as a second wall behind the patterns above.
+	if len(cfg.Params) > 0 {
+		if multiSet && multi {
+			return nil, nil, invalid("multiStatements=true cannot be combined with session variables (%s)", strings.Join(slices.Sorted(maps.Keys(cfg.Params)), ", "))
+		}
+		multi = false
+	}
+	opts.MultiStatements = multi
+	cfg.MultiStatements = multi
+	if multi {
+		cfg.InterpolateParams = true
+	}
+
+	cfg.User, cfg.Passwd = u.User, u.Password
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	switch host := u.Host; {
+	case len(u.Hosts) > 1:
+		return nil, nil, invalid("one host only, not %d", len(u.Hosts))
+	case host == "":
+	case strings.HasSuffix(host, ")"):
+		network, addr, _ := strings.Cut(strings.TrimSuffix(host, ")"), "(")
+		if network != "tcp" && network != "tcp6" && network != "unix" {
+			return nil, nil, invalid("network %q: want tcp(host:port) or unix(/path)", network)
+		}
+		cfg.Net, cfg.Addr = network, addr
+	default:
+		cfg.Net, cfg.Addr = "tcp", host
 	}
 	return opts, cfg, nil
 }

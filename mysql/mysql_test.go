@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
@@ -96,10 +98,9 @@ func TestLongNames(t *testing.T) {
 		// row, and an InnoDB gap lock that an earlier test's session still
 		// holds around it would make that TryAcquire busy (see the package
 		// doc); this test is about long names.
-		l := sqltest.Open(t, t.Context(), sqltest.WithParams(srv.URL, "strategy", s, "table", "long_names"))
+		l := sqltest.Open(t, t.Context(), sqltest.WithParams(srv.URL, "strategy", s, "table", "long_names_"+s))
 		long := strings.Repeat("é", 507) // 1014 bytes + the prefix, over GET_LOCK's 64 characters
 		for _, name := range []string{long, long[:1012] + "x", "a\x00b", "dlock#abc"} {
-			name = s + name // the strategies share the table
 			ls, err := l.TryAcquire(t.Context(), name, nil)
 			if err != nil {
 				t.Fatalf("%s: %q: %v", s, name[:8], err)
@@ -127,5 +128,66 @@ func TestForUpdateNeedsTwoConns(t *testing.T) {
 	}
 	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "at least 2 connections") {
 		t.Fatalf("TryAcquire: %v, want ErrInvalidOption naming the pool size", err)
+	}
+}
+
+// TestTTLRange: each strategy's declared range holds on the server (no
+// overflow of a huge TTL), and a TTL outside it is refused.
+func TestTTLRange(t *testing.T) {
+	srv := testenv.MySQL(t)
+	for _, s := range sqltest.Strategies("getlock") {
+		t.Run(s, func(t *testing.T) {
+			t.Parallel()
+			sqltest.TTLRange(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "ttl_"+s))
+		})
+	}
+}
+
+// TestEndedLeaseFreesLock: a lease ended for its holder frees the lock
+// on the server at once (wait_timeout counts whole seconds).
+func TestEndedLeaseFreesLock(t *testing.T) {
+	srv := testenv.MySQL(t)
+	for _, s := range sqltest.Strategies("getlock") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.EndedLeaseFreesLock(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "ended_"+s))
+		})
+	}
+}
+
+// TestCancelledAcquires: cancelled Acquires leave no lease behind.
+func TestCancelledAcquires(t *testing.T) {
+	srv := testenv.MySQL(t)
+	for _, s := range sqltest.Strategies("getlock") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.CancelledAcquires(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "cancelled_"+s))
+		})
+	}
+}
+
+// TestSharedTable: every pair of strategies on one table, and two
+// spellings of one table, exclude each other.
+func TestSharedTable(t *testing.T) {
+	srv := testenv.MySQL(t)
+	cfg, err := gomysql.ParseDSN(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqltest.SharedTable(t, srv.URL, sqltest.Strategies("getlock"), func(table string) []string {
+		return []string{table, cfg.DBName + "." + table}
+	})
+}
+
+// TestRecreatedCounter: dropping and re-creating the lock table and its
+// counter does not restart tokens.
+func TestRecreatedCounter(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := openDB(t, srv.DSN)
+	for _, s := range sqltest.Strategies("getlock") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.RecreatedCounter(t, sqltest.WithParams(srv.URL, "strategy", s), func(ctx context.Context, table string) error {
+				_, err := db.ExecContext(ctx, "DROP TABLE "+table+", "+table+"_fence")
+				return err
+			})
+		})
 	}
 }

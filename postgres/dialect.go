@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,10 +52,37 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	acquired_at timestamptz,
 	expires_at timestamptz,
 	session bigint)`),
-		st("CREATE SEQUENCE IF NOT EXISTS " + t.Seq),
+		st(createSeq(t)),
 		st("COMMIT"),
 	}
 }
+
+func (dialect) FoldIdent(ident string) string { return strings.ToLower(ident) }
+
+func (dialect) Resolve(t sqllock.Table) []sqllock.Stmt {
+	return stmts{st("SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)", t.Q)}
+}
+
+func (dialect) Claim(t sqllock.Table, strategy string) []sqllock.Stmt {
+	return stmts{
+		st("INSERT INTO "+t.Q+" (name, owner) VALUES ('', $1) ON CONFLICT (name) DO NOTHING", strategy),
+		st("SELECT owner FROM " + t.Q + " WHERE name = ''"),
+	}
+}
+
+// createSeq creates the token counter, starting at the server's clock in
+// microseconds: a counter dropped and created again (with its table, by a
+// migration, by hand) then goes on above every token the old one can have
+// issued, unless that one issued more than a token per microsecond of its
+// life or the server's clock went back.
+func createSeq(t sqllock.Table) string {
+	return "DO $dlock$ BEGIN EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %s START %s', " + quoteLiteral(t.Seq) +
+		", (extract(epoch FROM clock_timestamp()) * 1000000)::bigint); END $dlock$"
+}
+
+// Check reports nothing: every supported PostgreSQL keeps sequences
+// durable.
+func (dialect) Check(t sqllock.Table) []sqllock.Stmt { return stmts{st("SELECT ''::text")} }
 
 func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	// NOT EXISTS reads the committed row without waiting; only a row
@@ -77,29 +106,64 @@ func ensureTimeout(r sqllock.Req) string {
 }
 
 // nextval is the token: a sequence value, never rolled back.
-func nextval(t sqllock.Table) string { return "nextval('" + t.Seq + "')" }
+func nextval(t sqllock.Table) string { return "nextval(" + quoteLiteral(t.Seq) + ")" }
 
 // advisoryKey is the 64-bit key of a name's advisory lock: the first 8
-// bytes of SHA-256 over the table and the name. Two names share a key with
+// bytes of SHA-256 over the table (schema.table, as the server resolves
+// it) and the name. Two names share a key with
 // probability 2^-64 per pair (about 2.7e-8 for a million names in use at
 // once); they would then exclude each other, never both be held.
 func advisoryKey(t sqllock.Table, name string) int64 {
 	h := sha256.New()
-	h.Write([]byte(t.Raw))
+	h.Write([]byte(t.Key()))
 	h.Write([]byte{0})
 	h.Write([]byte(name))
 	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
 }
 
+// Server limits: lock_timeout, idle_in_transaction_session_timeout and
+// idle_session_timeout are int (32-bit) milliseconds.
+const (
+	maxTimeoutMS  = math.MaxInt32
+	maxPinnedTTL  = maxTimeoutMS * time.Millisecond
+	maxVersionTTL = 10 * 365 * 24 * time.Hour
+	minVersionTTL = 5 * time.Millisecond
+	// minForUpdateTTL: a forupdate grant sits idle in its transaction
+	// while its token is made durable on another connection (a commit
+	// with synchronous_commit on) and, for a short TTL, is pinged once
+	// more; a TTL shorter than that round trip and flush lets the server's
+	// idle_in_transaction_session_timeout end the lease before Acquire
+	// returns it (measured: most attempts at 5ms, none at 50ms).
+	minForUpdateTTL = 50 * time.Millisecond
+	minAdvisoryTTL  = 5 * time.Millisecond
+)
+
+// TTLRange: the connection strategies set an int32-millisecond timeout
+// to the TTL; version leases expire at now() plus the TTL as an interval,
+// far inside timestamptz's range for every TTL up to maxVersionTTL.
+func (dialect) TTLRange(s sqllock.Strategy) (lo, hi time.Duration) {
+	switch s {
+	case sqllock.Version:
+		return minVersionTTL, maxVersionTTL
+	case sqllock.ForUpdate:
+		return minForUpdateTTL, maxPinnedTTL
+	}
+	return minAdvisoryTTL, maxPinnedTTL
+}
+
+// timeoutMS is a server timeout of at least d: whole milliseconds rounded
+// up, within 1 and the server's largest.
+func timeoutMS(d time.Duration) int64 { return sqllock.CeilMillis(d, 1, maxTimeoutMS) }
+
 func lockTimeout(r sqllock.Req) string {
 	if r.Wait <= 0 {
 		return "0"
 	}
-	return strconv.FormatInt(sqllock.Millis(r.Wait), 10)
+	return strconv.FormatInt(timeoutMS(r.Wait), 10)
 }
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	ttl := strconv.FormatInt(sqllock.Millis(r.TTL), 10)
+	ttl := strconv.FormatInt(timeoutMS(r.TTL), 10)
 	set := func(idle string, local bool) sqllock.Stmt {
 		return st("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
 	}
@@ -160,12 +224,12 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{st(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
-up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond')
+up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
-		expires_at = excluded.expires_at, session = NULL
+		expires_at = excluded.expires_at, session = excluded.session
 	WHERE t.expires_at IS NULL OR t.expires_at <= now()
 	RETURNING t.fence)
-SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL))}
+SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -176,6 +240,11 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return stmts{st("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name) SELECT pg_notify($3, name) IS NULL FROM r",
 		r.Name, r.Token, r.Channel)}
+}
+
+func (dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return stmts{st("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND session = $2 AND expires_at > now() RETURNING name) SELECT count(pg_notify($3, name)) FROM r",
+		r.Name, r.Nonce, r.Channel)}
 }
 
 func (dialect) Admin(t sqllock.Table) sqllock.Admin {
@@ -197,7 +266,7 @@ func (dialect) Admin(t sqllock.Table) sqllock.Admin {
 
 // keySQL computes advisoryKey of the name $1 on the server.
 func keySQL(t sqllock.Table) string {
-	return "('x' || left(encode(sha256(convert_to(" + quoteLiteral(t.Raw) + ", 'UTF8') || '\\x00'::bytea || convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint"
+	return "('x' || left(encode(sha256(convert_to(" + quoteLiteral(t.Key()) + ", 'UTF8') || '\\x00'::bytea || convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint"
 }
 
 // quoteLiteral quotes a validated identifier as a string literal.

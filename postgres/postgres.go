@@ -35,7 +35,36 @@
 //     merely exclude each other). The session sets idle_session_timeout
 //     (PostgreSQL 14 or later) to the TTL.
 //
-// Every strategy's token comes from the sequence <table>_fence, whose
+// TTLs (Capabilities.MinTTL and MaxTTL): forupdate accepts 50ms to
+// 2147483647ms and advisory 5ms to 2147483647ms (the idle timeouts are
+// int32 milliseconds; a forupdate grant waits idle in its transaction
+// while its token is made durable, which a shorter TTL does not survive);
+// version accepts 5ms to 10 years. A TTL outside is ErrInvalidOption
+// before any server call. When a forupdate or advisory lease ends for its
+// holder (its deadline passed unrefreshed) the driver closes its
+// connection at that moment, so the server frees the lock then. A
+// cancelled version attempt whose reply was lost is undone by a clean-up
+// keyed by a nonce the attempt wrote to the row. The driver never ends a
+// backend by its pid (after a restart a pid may be another client's): it
+// cancels with the backend's own secret key and closes its connection.
+//
+// # Tables
+//
+// One table serves one strategy: a row lock, a lease row and an advisory
+// lock do not see each other, so two strategies on one table would both
+// hold one name. The first Locker to use a table records its strategy in
+// it (the row of the empty name, which is no lock name); a Locker of
+// another strategy on that table fails with ErrInvalidOption. Without a
+// table parameter (or with table=dlock_locks) forupdate uses dlock_locks
+// and the others dlock_locks_version and dlock_locks_advisory. Table names
+// are unquoted identifiers, folded to lower case as PostgreSQL folds them
+// ("Locks" is locks), and resolved by the server (search_path) before
+// anything is derived from them: table=locks and table=public.locks are
+// one table and one set of advisory keys.
+//
+// Every strategy's token comes from the sequence <table>_fence (created
+// starting at the server's clock in microseconds, so that a sequence
+// dropped and created again goes on above the old one's tokens), whose
 // values are never rolled back or reused: a holder whose transaction died
 // with its connection cannot share its token with the next holder.
 // forupdate and version also write the token to the name's row (column
@@ -60,7 +89,8 @@
 //
 //   - strategy: forupdate (default), version or advisory.
 //   - table: the lock table, "table" or "schema.table" (default
-//     dlock_locks); letters, digits and underscores only.
+//     dlock_locks for forupdate, dlock_locks_<strategy> for the others; see
+//     Tables); letters, digits and underscores only.
 //   - migrate: create the table and its sequence if missing (default
 //     true); with migrate=false they must exist (see Schema).
 //
@@ -123,7 +153,9 @@ type Options struct {
 	// Strategy is "forupdate" (default), "version" or "advisory".
 	Strategy string
 	// Table is the lock table, "table" or "schema.table" (default
-	// DefaultTable). It is validated as identifiers and quoted.
+	// DefaultTable for forupdate, DefaultTable_<strategy> for the others:
+	// one table serves one strategy). It is validated as identifiers and
+	// quoted.
 	Table string
 	// NoMigrate: do not create the table and its sequence on first use.
 	NoMigrate bool
@@ -174,7 +206,7 @@ var pgParams = []string{
 	"krbspn", "krbsrvname", "target_session_attrs", "service", "servicefile",
 	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth",
 	"application_name", "options", "search_path", "timezone", "client_encoding",
-	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode", "min_read_buffer_size",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
 	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
 	"pool_max_conn_lifetime_jitter", "pool_max_conn_idle_time", "pool_health_check_period", "pool_ping_timeout",
 }
@@ -183,13 +215,18 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: postgres: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
 }
 
-// parseURL splits a URL into dlock's options and pgxpool's config.
+// parseURL splits a URL into dlock's options and pgxpool's config. The
+// URL is read by driver.ParseURL and rebuilt, properly escaped, for pgx,
+// with only the parameters of pgParams.
 func parseURL(raw string) (*Options, *pgxpool.Config, error) {
-	u, err := url.Parse(raw)
+	u, err := driver.ParseURL(raw)
 	if err != nil {
-		return nil, nil, invalid("malformed URL") // url.Error repeats the password
+		return nil, nil, fmt.Errorf("postgres: %w", err)
 	}
-	q := driver.NewParams(u.Query())
+	if u.Scheme != Scheme && u.Scheme != SchemeAlt {
+		return nil, nil, invalid("want a %s:// URL", Scheme)
+	}
+	q := u.Params
 	opts := &Options{
 		Strategy:  q.Enum("strategy", string(sqllock.ForUpdate), string(sqllock.ForUpdate), string(sqllock.Version), "advisory"),
 		Table:     q.String("table", DefaultTable),
@@ -204,10 +241,20 @@ func parseURL(raw string) (*Options, *pgxpool.Config, error) {
 	if err := q.Err(); err != nil {
 		return nil, nil, fmt.Errorf("postgres: %w", err)
 	}
-	u.RawQuery = rest.Encode()
-	pc, err := pgxpool.ParseConfig(u.String())
+	host, err := url.PathUnescape(u.Host)
 	if err != nil {
-		return nil, nil, invalid("%v", err) // pgx redacts the password
+		return nil, nil, invalid("malformed percent-encoding in the host %q", u.Host)
+	}
+	pu := &url.URL{Scheme: Scheme, Host: host, Path: u.Path, RawQuery: rest.Encode()}
+	switch {
+	case u.HasPassword:
+		pu.User = url.UserPassword(u.User, u.Password)
+	case u.HasUserinfo:
+		pu.User = url.User(u.User)
+	}
+	pc, err := pgxpool.ParseConfig(pu.String())
+	if err != nil {
+		return nil, nil, invalid("%v", err) // pgx redacts the password; dlock.Open scrubs the rest
 	}
 	if _, set := rest["pool_max_conns"]; !set {
 		pc.MaxConns = DefaultMaxConns

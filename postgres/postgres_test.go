@@ -127,3 +127,65 @@ func TestForUpdateNeedsTwoConns(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestTTLRange: each strategy's declared range holds on the server (no
+// overflow of a huge TTL), and a TTL outside it is refused.
+func TestTTLRange(t *testing.T) {
+	srv := testenv.Postgres(t)
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			t.Parallel()
+			sqltest.TTLRange(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "ttl_"+s))
+		})
+	}
+}
+
+// TestEndedLeaseFreesLock: a lease ended for its holder frees the lock
+// on the server at once.
+func TestEndedLeaseFreesLock(t *testing.T) {
+	srv := testenv.Postgres(t)
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.EndedLeaseFreesLock(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "ended_"+s))
+		})
+	}
+}
+
+// TestCancelledAcquires: cancelled Acquires leave no lease behind.
+func TestCancelledAcquires(t *testing.T) {
+	srv := testenv.Postgres(t)
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.CancelledAcquires(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "cancelled_"+s))
+		})
+	}
+}
+
+// TestSharedTable: every pair of strategies on one table, and the
+// spellings of one table (unqualified, schema-qualified, upper case),
+// exclude each other.
+func TestSharedTable(t *testing.T) {
+	srv := testenv.Postgres(t)
+	sqltest.SharedTable(t, srv.URL, sqltest.Strategies("advisory"), func(table string) []string {
+		return []string{table, "public." + table, strings.ToUpper(table)}
+	})
+}
+
+// TestRecreatedCounter: dropping and re-creating the lock table and its
+// sequence does not restart tokens.
+func TestRecreatedCounter(t *testing.T) {
+	srv := testenv.Postgres(t)
+	p, err := pgxpool.New(t.Context(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			sqltest.RecreatedCounter(t, sqltest.WithParams(srv.URL, "strategy", s), func(ctx context.Context, table string) error {
+				_, err := p.Exec(ctx, "DROP TABLE "+table+"; DROP SEQUENCE "+table+"_fence")
+				return err
+			})
+		})
+	}
+}

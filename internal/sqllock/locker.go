@@ -38,7 +38,8 @@ type Locker struct {
 
 	mu       sync.Mutex
 	pinned   map[*pinnedLease]struct{}
-	cleanups sync.WaitGroup // lost leases' connections being abandoned
+	closing  bool           // Close has begun: clean-ups run inline
+	cleanups sync.WaitGroup // background clean-ups (see goCleanup)
 
 	// ForUpdate: tokens are made durable before they are returned, and
 	// slots (on a bounded pool) keeps a connection free for that.
@@ -68,6 +69,9 @@ type watching struct{ *Locker }
 
 // Watch registers interest in releases of name.
 func (w watching) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if err := w.ensure(ctx); err != nil { // the channel is named after the resolved table
+		return nil, nil, ctxErr(ctx, err)
+	}
 	return w.hub.watch(ctx, name)
 }
 
@@ -124,6 +128,7 @@ func capabilities(cfg Config) driver.Capabilities {
 		TokensSurviveRestart: true,
 		Notes:                cfg.Notes,
 	}
+	c.MinTTL, c.MaxTTL = cfg.Dialect.TTLRange(cfg.Strategy)
 	switch cfg.Strategy {
 	case ForUpdate:
 		c.Strategy = string(ForUpdate)
@@ -181,6 +186,7 @@ func (l *Locker) Close() error {
 		l.hub.close()
 	}
 	l.mu.Lock()
+	l.closing = true
 	left := make([]*pinnedLease, 0, len(l.pinned))
 	for p := range l.pinned {
 		left = append(left, p)
@@ -192,6 +198,24 @@ func (l *Locker) Close() error {
 	l.pool.Close()
 	l.cleanups.Wait()
 	return nil
+}
+
+// goCleanup runs f in the background, where Close waits for it; once
+// Close has begun it runs f at once (a WaitGroup must not grow while
+// Close waits on it).
+func (l *Locker) goCleanup(f func()) {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		f()
+		return
+	}
+	l.cleanups.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.cleanups.Done()
+		f()
+	}()
 }
 
 // Sessions returns the server session ids of the connections pinned by
@@ -231,6 +255,39 @@ func (l *Locker) ensure(ctx context.Context) error {
 		if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
 			return fmt.Errorf("%s: creating table %s: %w", l.d.Backend(), l.t.Raw, err)
 		}
+	}
+	var problem string
+	if _, err := l.pool.Run(ctx, l.d.Check(l.t), &problem); err != nil {
+		return fmt.Errorf("%s: checking the server: %w", l.d.Backend(), err)
+	}
+	if problem != "" {
+		return fmt.Errorf("%s: %s: %w", l.d.Backend(), problem, driver.ErrInvalidOption)
+	}
+	// Name the table as the server does, before anything is derived from
+	// its name: "locks" and "public.locks" are one table.
+	var schema, name string
+	found, err := l.pool.Run(ctx, l.d.Resolve(l.t), &schema, &name)
+	if err != nil {
+		return fmt.Errorf("%s: resolving table %s: %w", l.d.Backend(), l.t.Raw, err)
+	}
+	if !found {
+		return fmt.Errorf("%s: table %s: %w: it does not exist (create it, or let the driver migrate)", l.d.Backend(), l.t.Raw, driver.ErrInvalidOption)
+	}
+	t := Canonical(l.d, l.t, schema, name)
+	// One table serves one strategy: the strategies' holds do not see
+	// each other (a row lock, a lease row, a session lock), so two
+	// strategies on one table would both hold one name.
+	var owner string
+	if _, err := l.pool.Run(ctx, l.d.Claim(t, l.caps.Strategy), &owner); err != nil {
+		return fmt.Errorf("%s: claiming table %s for strategy %s: %w", l.d.Backend(), t.Canon, l.caps.Strategy, err)
+	}
+	if owner != l.caps.Strategy {
+		return fmt.Errorf("%s: table %s serves strategy %s, not %s: %w (one table serves one strategy: configure another table)",
+			l.d.Backend(), t.Canon, owner, l.caps.Strategy, driver.ErrInvalidOption)
+	}
+	l.t = t
+	if l.hub != nil {
+		l.hub.channel = t.Channel
 	}
 	l.ready = true
 	return nil

@@ -55,15 +55,24 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 		if err == nil && found {
 			p := l.newPinned(c, r, token, start)
-			if time.Since(start) > req.TTL/4 {
+			if took := time.Since(start); took > req.TTL/4 {
 				// A long wait: the server's idle timer started at the
 				// grant, somewhere in the call. Restart it now, so that
 				// the lease's deadline can count from a known moment.
-				if err := p.Refresh(ctx, req.TTL); err != nil {
+				if lost, err := p.ping(ctx, req.TTL); lost != nil || err != nil {
+					if lost != nil && ctx.Err() == nil {
+						// Not a refresh the caller asked for: say what
+						// happened to the grant.
+						return nil, l.errorf("acquire %q: granted, but the lease of TTL %v ended on the server before it could be returned (the grant took %v): %w: %w",
+							req.Name, req.TTL, took.Round(time.Microsecond), driver.ErrLockLost, lost)
+					}
 					return nil, ctxErr(ctx, err)
 				}
+				p.mu.Lock()
 				p.granted = p.lastPing
+				p.mu.Unlock()
 			}
+			p.arm()
 			return p, nil
 		}
 		kind := KindOther
@@ -138,24 +147,64 @@ func (l *Locker) abort(ctx context.Context, c Conn, r Req, kind Kind) bool {
 
 // pinnedLease is a grant that lives on a pinned connection.
 type pinnedLease struct {
-	l       *Locker
-	r       Req
-	token   int64
-	granted time.Time
+	l     *Locker
+	r     Req
+	token int64
 
 	mu       sync.Mutex // serialises the connection's statements
+	granted  time.Time
 	conn     Conn
 	ended    bool
 	lastPing time.Time
 	lost     chan struct{}
+	// deadline is the lease's local deadline, computed as the portable
+	// layer does (the start of the last grant or ping, plus the TTL, minus
+	// driver.Drift); expiry fires at it.
+	deadline time.Time
+	expiry   *time.Timer
 }
 
 func (l *Locker) newPinned(c Conn, r Req, token int64, start time.Time) *pinnedLease {
 	p := &pinnedLease{l: l, r: r, token: token, granted: start, conn: c, lost: make(chan struct{})}
+	p.deadline = localDeadline(start, r.TTL)
 	l.mu.Lock()
 	l.pinned[p] = struct{}{}
 	l.mu.Unlock()
 	return p
+}
+
+// arm starts the expiry timer (once the grant's deadline is known).
+func (p *pinnedLease) arm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ended {
+		p.expiry = time.AfterFunc(time.Until(p.deadline), p.expire)
+	}
+}
+
+// localDeadline is the deadline of a lease of ttl whose request started
+// at start: the portable layer's, so that the driver ends the hold on the
+// server when the holder's Done closes.
+func localDeadline(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(ttl - driver.Drift(ttl))
+}
+
+// expire ends the hold at the lease's local deadline. The server would
+// end it too, at its idle timeout, but that counts whole seconds on MySQL
+// and starts later than the lease: a lease that has ended for its holder
+// must not keep the lock from everyone else. Closing the connection makes
+// the server roll back (ForUpdate) or unlock (Native) at once.
+func (p *pinnedLease) expire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	if d := time.Until(p.deadline); d > 0 { // refreshed meanwhile
+		p.expiry.Reset(d)
+		return
+	}
+	p.loseLocked(context.Background())
 }
 
 // Token returns the grant's token.
@@ -163,7 +212,11 @@ func (p *pinnedLease) Token() uint64 { return uint64(p.token) }
 
 // GrantedAt is a local time at or before the start of the server's idle
 // timer of the pinned connection (the moment the lease's TTL starts).
-func (p *pinnedLease) GrantedAt() time.Time { return p.granted }
+func (p *pinnedLease) GrantedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.granted
+}
 
 // Lost is closed when the pinned connection breaks.
 func (p *pinnedLease) Lost() <-chan struct{} { return p.lost }
@@ -176,26 +229,42 @@ func (p *pinnedLease) Session() int64 { return p.conn.Session() }
 // that the connection, and with it the lock, is alive. Any failure on the
 // connection ends the lease: a broken connection is a lost lock.
 func (p *pinnedLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	lost, err := p.ping(ctx, ttl)
+	if lost != nil {
+		return fmt.Errorf("%s: refresh: %w: connection lost: %w", p.l.d.Backend(), driver.ErrNotHeld, lost)
+	}
+	return err
+}
+
+// ping restarts the server's idle timer. lost is why the lease has just
+// ended (it has then been abandoned); err is any other failure.
+func (p *pinnedLease) ping(ctx context.Context, ttl time.Duration) (lost, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ended {
-		return fmt.Errorf("%s: refresh: %w", p.l.d.Backend(), driver.ErrNotHeld)
+		return nil, fmt.Errorf("%s: refresh: %w", p.l.d.Backend(), driver.ErrNotHeld)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	start := time.Now()
 	var held bool
 	found, err := p.conn.Run(ctx, p.l.d.Ping(p.l.strategy, p.l.t, p.r), &held)
 	if err == nil && found && held {
 		p.lastPing = start
-		return nil
+		if nd := localDeadline(start, ttl); nd.After(p.deadline) {
+			p.deadline = nd
+			if p.expiry != nil {
+				p.expiry.Reset(time.Until(nd))
+			}
+		}
+		return nil, nil
 	}
 	p.loseLocked(ctx)
 	if err == nil {
 		err = errors.New("the server no longer holds the lock")
 	}
-	return fmt.Errorf("%s: refresh: %w: connection lost: %w", p.l.d.Backend(), driver.ErrNotHeld, err)
+	return err, nil
 }
 
 // Release commits (ForUpdate) or unlocks (Native) and returns the
@@ -240,19 +309,23 @@ func (p *pinnedLease) lose(ctx context.Context) {
 func (p *pinnedLease) loseLocked(ctx context.Context) {
 	close(p.lost)
 	p.ended = true
+	if p.expiry != nil {
+		p.expiry.Stop()
+	}
 	p.l.forget(p)
-	p.l.cleanups.Add(1)
-	go func() {
-		defer p.l.cleanups.Done()
+	p.l.goCleanup(func() {
 		cctx, cancel := cleanupCtx(ctx)
 		defer cancel()
 		p.conn.Abandon(cctx)
 		p.conn.Release(true)
-	}()
+	})
 }
 
 func (p *pinnedLease) end(discard bool) {
 	p.ended = true
+	if p.expiry != nil {
+		p.expiry.Stop()
+	}
 	p.conn.Release(discard)
 	p.l.forget(p)
 }

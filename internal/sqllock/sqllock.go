@@ -27,7 +27,14 @@
 // inside the lease's open transaction, so before returning it the core
 // commits a small write on another connection (Dialect.Persist), which
 // makes the counter's advance as durable as any commit: a server crash
-// during the lease cannot hand the same token out again.
+// during the lease cannot hand the same token out again. A counter is
+// created starting at the server's clock in microseconds, so that one
+// dropped and created again goes on above the old one's tokens.
+//
+// One table serves one strategy (Locker.ensure claims it), and its name
+// is resolved by the server before keys or channels are derived from it.
+// Every duration sent to a server is converted by the saturating helpers
+// (CeilUnits) within the strategy's declared TTL range (Dialect.TTLRange).
 package sqllock
 
 import (
@@ -35,6 +42,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -139,6 +147,10 @@ type Req struct {
 	Token int64
 	// Channel is the notification channel (version release).
 	Channel string
+	// Nonce identifies one version attempt: VersionAcquire stores it in
+	// the row (column session), so that VersionAbort can free a grant
+	// whose reply was lost.
+	Nonce int64
 }
 
 // Dialect supplies the SQL of each step and classifies errors. Scripts
@@ -202,6 +214,31 @@ type Dialect interface {
 	// VersionRelease frees r.Token's lease and notifies r.Channel: a row
 	// when it was held.
 	VersionRelease(t Table, r Req) []Stmt
+	// VersionAbort frees the lease that the attempt r.Nonce may have been
+	// granted (its reply lost to a cancelled context or a broken
+	// connection) and notifies r.Channel.
+	VersionAbort(t Table, r Req) []Stmt
+
+	// TTLRange is the range of TTLs the strategy honours: the server keeps
+	// a lease of a TTL in it for at least that TTL, and can end it at
+	// that granularity (Capabilities.MinTTL and MaxTTL).
+	TTLRange(s Strategy) (lo, hi time.Duration)
+
+	// Check returns one row: why the server cannot serve the table's
+	// tokens durably (empty when it can).
+	Check(t Table) []Stmt
+	// FoldIdent folds an identifier as the server folds an unquoted one
+	// (PostgreSQL: to lower case), so that "Locks" and "locks" name one
+	// table, as they do in the server's SQL.
+	FoldIdent(ident string) string
+	// Resolve returns one row: the schema and the name of the table
+	// as the server resolves t.Q (PostgreSQL: through search_path); no
+	// row when it does not exist.
+	Resolve(t Table) []Stmt
+	// Claim records strategy as the table's strategy unless one is
+	// recorded (in the row of the empty name, which is no lock name) and
+	// returns one row: the recorded strategy.
+	Claim(t Table, strategy string) []Stmt
 
 	// Admin is the SQL that tests and operators use to reach the
 	// server's sessions.
@@ -231,12 +268,52 @@ type Admin struct {
 type Table struct {
 	// Raw is the name as configured ("dlock_locks" or "schema.table").
 	Raw string
+	// Canon is "schema.table" as the server resolves Raw (set once the
+	// Locker has reached the server; empty before). Everything derived
+	// from the table's name (advisory keys, the channel) uses Key, so
+	// that two spellings of one table name the same locks.
+	Canon string
 	// Q is the quoted, possibly schema-qualified table.
 	Q string
 	// Seq is the quoted token counter (a sequence or a table) next to it.
 	Seq string
 	// Channel is the notification channel of the table's releases.
 	Channel string
+}
+
+// Key is the name that keys and channels are derived from: Canon once
+// known, Raw before.
+func (t Table) Key() string {
+	if t.Canon != "" {
+		return t.Canon
+	}
+	return t.Raw
+}
+
+// Canonical returns t named as the server resolves it: schema.name,
+// quoted, with the counter in the same schema.
+func Canonical(d Dialect, t Table, schema, name string) Table {
+	canon := schema + "." + name
+	sum := sha256.Sum256([]byte(canon))
+	t.Canon = canon
+	t.Q = d.Quote(schema) + "." + d.Quote(name)
+	t.Seq = d.Quote(schema) + "." + d.Quote(name+SeqSuffix)
+	t.Channel = "dlock_" + hex.EncodeToString(sum[:8])
+	return t
+}
+
+// DefaultTableFor is the lock table of strategy s when none is
+// configured (or DefaultTable is): DefaultTable for ForUpdate, and
+// DefaultTable_<strategy> for the others, since one table serves one
+// strategy.
+func DefaultTableFor(d Dialect, s Strategy) string {
+	switch s {
+	case ForUpdate:
+		return DefaultTable
+	case Native:
+		return DefaultTable + "_" + d.NativeStrategy()
+	}
+	return DefaultTable + "_" + string(s)
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -327,21 +404,36 @@ func FencedSQL(d Dialect, table, column, set, where string, nargs int) (q string
 		t.Q, set, t.Q, col, where, t.Q, col), true, nil
 }
 
-// micros returns d in whole microseconds, at least 1.
-func micros(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
-
-// Micros is micros for dialects.
-func Micros(d time.Duration) int64 { return micros(d) }
-
-// CeilSeconds returns d in whole seconds rounded up, within [lo, hi].
-func CeilSeconds(d time.Duration, lo, hi int64) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
-	return min(max(s, lo), hi)
+// CeilUnits returns d in whole units of unit, rounded up (never down, so
+// a server-side timeout is never shorter than d), within [lo, hi]. It
+// cannot overflow: it divides before it rounds.
+func CeilUnits(d, unit time.Duration, lo, hi int64) int64 {
+	n := int64(d / unit)
+	if d%unit > 0 {
+		n++ // n ≤ MaxInt64/unit + 1: no overflow for unit ≥ 2
+	}
+	return min(max(n, lo), hi)
 }
 
-// Millis returns d in whole milliseconds rounded up, at least 1.
-func Millis(d time.Duration) int64 {
-	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+// Micros returns d in whole microseconds rounded up, at least 1.
+func Micros(d time.Duration) int64 { return CeilUnits(d, time.Microsecond, 1, math.MaxInt64) }
+
+// CeilSeconds returns d in whole seconds rounded up, within [lo, hi].
+func CeilSeconds(d time.Duration, lo, hi int64) int64 { return CeilUnits(d, time.Second, lo, hi) }
+
+// CeilMillis returns d in whole milliseconds rounded up, within [lo, hi].
+func CeilMillis(d time.Duration, lo, hi int64) int64 { return CeilUnits(d, time.Millisecond, lo, hi) }
+
+// FromMicros returns n microseconds as a Duration, saturating at the
+// largest Duration (a remaining lease time read from the server).
+func FromMicros(n int64) time.Duration {
+	switch {
+	case n <= 0:
+		return 0
+	case n > int64(math.MaxInt64/time.Microsecond):
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Microsecond
 }
 
 // NewConfig validates a driver's options (the strategy's name and the
@@ -351,7 +443,14 @@ func NewConfig(d Dialect, p Pool, strategy, table string, migrate bool) (Config,
 	if err != nil {
 		return Config{}, err
 	}
-	t, err := ParseTable(d, table)
+	if table == "" || table == DefaultTable {
+		table = DefaultTableFor(d, s)
+	}
+	parts := strings.Split(table, ".")
+	for i, p := range parts {
+		parts[i] = d.FoldIdent(p)
+	}
+	t, err := ParseTable(d, strings.Join(parts, "."))
 	if err != nil {
 		return Config{}, err
 	}

@@ -3,6 +3,8 @@ package sqllock
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -15,7 +17,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true}
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: rand.Int64N(math.MaxInt64) + 1, Channel: l.t.Channel}
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err == nil && !found {
@@ -29,18 +31,44 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 			// Another client is writing the row right now.
 			return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
 		}
+		// The attempt may have been granted on the server, its reply lost
+		// (a cancelled context closes the connection mid-script): free
+		// what it may hold.
+		l.abortVersion(ctx, r)
 		return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 	}
 	if !found || token == nil {
 		e := &driver.NotAcquiredError{}
 		if remaining != nil && *remaining > 0 {
-			e.RetryAfter = time.Duration(*remaining) * time.Microsecond
+			e.RetryAfter = FromMicros(*remaining)
 		}
 		return nil, fmt.Errorf("%s: %w", l.d.Backend(), e)
 	}
 	r.Token = *token
 	return &versionLease{l: l, r: r}, nil
 }
+
+// abortVersion frees the lease that attempt r may have been granted,
+// with a fresh bounded context (ctx may be cancelled): at once, and once
+// more a moment later in the background, in case the server ran the
+// attempt after the first clean-up (a script sent before the cancel is
+// still read by the server).
+func (l *Locker) abortVersion(ctx context.Context, r Req) {
+	abort := func() {
+		cctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		var ignored any
+		_, _ = l.pool.Run(cctx, l.d.VersionAbort(l.t, r), &ignored)
+	}
+	abort()
+	l.goCleanup(func() {
+		time.Sleep(versionAbortAgain)
+		abort()
+	})
+}
+
+// versionAbortAgain is when abortVersion's second clean-up runs.
+const versionAbortAgain = 100 * time.Millisecond
 
 // versionLease is a grant of the Version strategy: the row's token and
 // the name. Refresh and Release are conditional on both, so a stale
