@@ -85,21 +85,64 @@
 // strictly: a newcomer may take a free lock first). Each Locker has one
 // subscription connection (one per master with sharded pub/sub in a
 // Cluster, one per node for Redlock) that multiplexes the channels of
-// every name it waits on; Watch returns only once the server has
-// confirmed the subscription. A channel stays subscribed for 30s after
+// every name it waits on (in a Cluster, one per watched slot: go-redis
+// re-sends a connection's channels in one SSUBSCRIBE after a reconnect,
+// which the server refuses when they span slots); Watch returns only once
+// the server has confirmed the subscription, or when its ctx ends, since
+// SUBSCRIBE commands are sent by a goroutine per connection, never while
+// a caller waits on a lock. A channel stays subscribed for 30s after
 // its last waiter left, so that the next wait on the name costs no
 // SUBSCRIBE. A wake-up lost to a broken connection or to a registration
 // whose waiters just left is made up for by the portable layer's fallback
 // timer (at most 1s), and every waiter is woken when a subscription
 // connection is re-established.
 //
+// # TTL range
+//
+// Capabilities declare [dlock.MinTTL, MaxTTL] for every deployment. MaxTTL
+// is the largest whole number of milliseconds a time.Duration holds (about
+// 292 years): SET PX and PEXPIRE take a positive 64-bit millisecond count
+// that the server adds to its clock, far inside that range. A TTL is sent
+// in milliseconds rounded up (1.5ms is 2ms, never 1ms), without overflow;
+// a PTTL read back saturates instead of wrapping. Redlock's validity,
+// TTL − elapsed − (1% of TTL + 2ms), cannot overflow within the range.
+//
+// # Cancellation
+//
+// When an acquire fails or its ctx ends, the driver takes back what the
+// request may have set (its reply may be lost, or the request may still
+// sit in a hung server's socket buffer) with a fresh context bounded to
+// 2s, in the background: the call returns as soon as its ctx ends, and
+// Close waits for every clean-up. The take-back runs a second time 50ms
+// after the first when the first found nothing, so that a request the
+// server runs late is still undone.
+//
+// # Eviction
+//
+// A server whose maxmemory-policy is allkeys-lru, allkeys-lfu or
+// allkeys-random is refused with dlock.ErrInvalidOption before the first
+// lock is written to it (each server, each Cluster master and each Redlock
+// node is asked once with CONFIG GET): it may evict a held lock's key,
+// letting a second owner in, and the fence counter, so that tokens start
+// again at 1 and the fenced resource no longer protects anything. The
+// volatile-* policies are accepted: they never evict the fence counter
+// (it has no TTL), but they can evict a lock key (which has one) under
+// memory pressure; the holder then learns of the loss at its next refresh
+// (within a third of the TTL with keep-alive) while another owner may
+// already hold the lock, whose higher token the resource accepts instead.
+// Use noeviction (the default) for lock servers, or give them memory
+// headroom. A server that refuses CONFIG (rename-command, an ACL without
+// +config|get) cannot be checked and is accepted, as is a server that
+// does not answer until it does; a policy changed after the check is not
+// seen.
+//
 // # Guarantees
 //
 // Single server and Cluster ("set-nx", "cluster"): fencing tokens strictly
 // increase for as long as the fence key lives: across a restart only when
 // the server persists every write (appendonly yes, appendfsync always; so
-// Capabilities does not claim TokensSurviveRestart), and not under an
-// allkeys-* eviction policy, which may evict the counter. Replication is
+// Capabilities does not claim TokensSurviveRestart); a server with an
+// allkeys-* eviction policy, which may evict the counter, is refused. Replication is
 // asynchronous: a failover to a replica that had not received a grant
 // can grant the lock again; check the token at the protected resource.
 // Waiters are not served in strict order (Fair is false): the two

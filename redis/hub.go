@@ -33,8 +33,10 @@ const (
 )
 
 // hub multiplexes the release channels of one Locker over few pub/sub
-// connections ("shards"): one for a single server, one per master that owns
-// a watched slot in a Cluster (sharded pub/sub), one per node for Redlock.
+// connections ("shards"): one for a single server, one per watched slot in
+// a Cluster with sharded pub/sub (a resubscription after a reconnect must
+// not cross slots), one per node for Redlock. A shard whose last channel
+// is dropped is closed.
 // Each shard has one goroutine that reads its connection and wakes the
 // local waiters of the channel a message arrived on.
 type hub struct {
@@ -48,7 +50,9 @@ type hub struct {
 	unregister func(ctx context.Context, k keys, id string)
 	// id names this Locker in waiter queues and wake-up channels.
 	id string
-	// tasks are unregister calls in flight.
+	// tasks are the hub's goroutines (readers, writers) and the clean-ups
+	// in flight (unregister calls, taking back a failed attempt); close
+	// waits for them.
 	tasks sync.WaitGroup
 
 	closing chan struct{}
@@ -60,14 +64,35 @@ type hub struct {
 	lastSweep time.Time
 }
 
-// shard is one pub/sub connection and its reader goroutine.
+// shard is one pub/sub connection, its writer goroutine (which sends the
+// SUBSCRIBE and UNSUBSCRIBE commands queued in ops, in order) and its
+// reader goroutine (started by the writer after the first subscription).
+// No network call is made under h.mu: a waiter whose server hangs gives up
+// when its ctx ends, while the writer finishes (or times out) behind it.
 type shard struct {
 	h       *hub
+	key     string
 	ps      *goredis.PubSub
 	sharded bool
-	started bool
-	done    chan struct{}
+	kick    chan struct{} // buffered 1: ops has work
+	// Guarded by h.mu.
+	ops      []shardOp
+	channels int // subscribed channels (subs referring to this shard)
 }
+
+// shardOp is one queued command of a shard's writer.
+type shardOp struct {
+	kind     opKind
+	channels []string
+}
+
+type opKind int
+
+const (
+	opSubscribe opKind = iota
+	opUnsubscribe
+	opClose // the shard has no channel left: close its connection
+)
 
 // sub is one subscribed channel and its local waiters.
 type sub struct {
@@ -130,16 +155,15 @@ func (h *hub) watch(ctx context.Context, k keys) (<-chan struct{}, func(), error
 		for _, key := range routes {
 			sh := h.shards[key]
 			if sh == nil {
-				sh = &shard{h: h, done: make(chan struct{})}
-				sh.ps, sh.sharded = h.open(key)
-				h.shards[key] = sh
+				sh = h.newShardLocked(key)
 			}
 			s.shards = append(s.shards, sh)
-			// Written under h.mu so that subscribes and the sweeper's
+			sh.channels++
+			// Queued under h.mu so that subscribes and the sweeper's
 			// unsubscribes reach the server in the order of the map's
 			// changes. A failed write is not fatal: the PubSub keeps the
 			// channel and subscribes again when its reader reconnects.
-			sh.subscribe(channel)
+			sh.enqueueLocked(shardOp{kind: opSubscribe, channels: []string{channel}})
 		}
 	}
 	s.waiters[w] = struct{}{}
@@ -239,37 +263,95 @@ func (h *hub) registered(k keys, reg registration, granted bool, err error) {
 	}
 }
 
-// subscribe sends SUBSCRIBE (or SSUBSCRIBE) and starts the reader. Called
-// with h.mu held.
-func (sh *shard) subscribe(channel string) {
-	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
-	defer cancel()
-	if sh.sharded {
-		_ = sh.ps.SSubscribe(ctx, channel)
+// newShardLocked opens the shard of a route key and starts its writer.
+// Called with h.mu held.
+func (h *hub) newShardLocked(key string) *shard {
+	sh := &shard{h: h, key: key, kick: make(chan struct{}, 1)}
+	sh.ps, sh.sharded = h.open(key)
+	h.shards[key] = sh
+	h.tasks.Add(1)
+	go sh.write()
+	return sh
+}
+
+// enqueueLocked queues a command for the writer. Called with h.mu held.
+func (sh *shard) enqueueLocked(op shardOp) {
+	if n := len(sh.ops); n > 0 && sh.ops[n-1].kind == op.kind && op.kind != opClose {
+		sh.ops[n-1].channels = append(sh.ops[n-1].channels, op.channels...)
 	} else {
-		_ = sh.ps.Subscribe(ctx, channel)
+		sh.ops = append(sh.ops, op)
 	}
-	if !sh.started {
-		sh.started = true
-		go sh.run()
+	select {
+	case sh.kick <- struct{}{}:
+	default:
 	}
 }
 
-// unsubscribe is subscribe's inverse. Called with h.mu held.
-func (sh *shard) unsubscribe(channels []string) {
+// write sends the queued commands in order until the shard or the hub is
+// closed. Each command is bounded by confirmTimeout; the reader is started
+// after the first subscription (a ClusterClient connects a PubSub to the
+// owner of its first channel's slot, so it cannot read before that).
+func (sh *shard) write() {
+	defer sh.h.tasks.Done()
+	// A shard dropped by the sweeper with its opClose still queued when the
+	// hub closes is no longer in h.shards: close its connection here.
+	defer sh.ps.Close()
+	h := sh.h
+	started := false
+	for {
+		select {
+		case <-sh.kick:
+		case <-h.closing:
+			return
+		}
+		for {
+			h.mu.Lock()
+			ops := sh.ops
+			sh.ops = nil
+			h.mu.Unlock()
+			if len(ops) == 0 {
+				break
+			}
+			for _, op := range ops {
+				select {
+				case <-h.closing:
+					return
+				default:
+				}
+				if op.kind == opClose {
+					return // the deferred Close ends the reader with ErrClosed
+				}
+				sh.do(op)
+				if op.kind == opSubscribe && !started {
+					started = true
+					h.tasks.Add(1)
+					go sh.run()
+				}
+			}
+		}
+	}
+}
+
+// do sends one SUBSCRIBE or UNSUBSCRIBE (sharded or not).
+func (sh *shard) do(op shardOp) {
 	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
 	defer cancel()
-	if sh.sharded {
-		_ = sh.ps.SUnsubscribe(ctx, channels...)
-	} else {
-		_ = sh.ps.Unsubscribe(ctx, channels...)
+	switch {
+	case op.kind == opSubscribe && sh.sharded:
+		_ = sh.ps.SSubscribe(ctx, op.channels...)
+	case op.kind == opSubscribe:
+		_ = sh.ps.Subscribe(ctx, op.channels...)
+	case sh.sharded:
+		_ = sh.ps.SUnsubscribe(ctx, op.channels...)
+	default:
+		_ = sh.ps.Unsubscribe(ctx, op.channels...)
 	}
 }
 
 // run reads the shard's connection until the hub closes.
 func (sh *shard) run() {
-	defer close(sh.done)
 	h := sh.h
+	defer h.tasks.Done()
 	failures := 0
 	for {
 		msg, err := sh.ps.ReceiveTimeout(context.Background(), healthInterval)
@@ -390,17 +472,21 @@ func (h *hub) sweep() {
 			idle++
 		}
 	}
-	drop := make(map[*shard][]string)
 	for ch, s := range h.subs {
 		if len(s.waiters) == 0 && (idle > maxIdle || now.Sub(s.idleSince) > linger) {
 			delete(h.subs, ch)
 			for _, sh := range s.shards {
-				drop[sh] = append(drop[sh], ch)
+				sh.channels--
+				if sh.channels > 0 {
+					sh.enqueueLocked(shardOp{kind: opUnsubscribe, channels: []string{ch}})
+					continue
+				}
+				// The shard's last channel: close its connection rather
+				// than keep it (a Cluster has one shard per watched slot).
+				delete(h.shards, sh.key)
+				sh.enqueueLocked(shardOp{kind: opClose})
 			}
 		}
-	}
-	for sh, chs := range drop {
-		sh.unsubscribe(chs)
 	}
 }
 
@@ -424,11 +510,29 @@ func (h *hub) close() error {
 			errs = append(errs, err)
 		}
 	}
-	for _, sh := range shards {
-		if sh.started {
-			<-sh.done
-		}
-	}
 	h.tasks.Wait()
 	return errors.Join(errs...)
+}
+
+// cleanup runs f (taking back what a failed or cancelled request may have
+// left on the server) in the background, so that the caller can return
+// when its ctx ends; close waits for it, so it is never lost. The returned
+// channel is closed when f has returned. After close it runs f at once.
+func (h *hub) cleanup(f func()) <-chan struct{} {
+	done := make(chan struct{})
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		f()
+		close(done)
+		return done
+	}
+	h.tasks.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.tasks.Done()
+		defer close(done)
+		f()
+	}()
+	return done
 }

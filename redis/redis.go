@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,7 @@ type locker struct {
 	prefix  string
 	cluster *goredis.ClusterClient // nil for a single server
 	hub     *hub
+	gate    evictionGate
 
 	mu     sync.Mutex
 	pubCmd string // "PUBLISH" or "SPUBLISH" once known
@@ -151,9 +153,13 @@ func (l *locker) publishCommand(ctx context.Context) (string, error) {
 	return cmd, nil
 }
 
-// routeCluster puts a channel on the pub/sub connection to the master that
-// owns its slot (sharded pub/sub), or on one connection for all channels
-// (classic pub/sub, which a Cluster broadcasts to every node).
+// routeCluster puts a channel on the pub/sub connection of its slot
+// (sharded pub/sub), or on one connection for all channels (classic
+// pub/sub, which a Cluster broadcasts to every node). One connection per
+// slot, not per master: go-redis re-sends every channel of a connection in
+// one SSUBSCRIBE when it reconnects, which the server refuses (CROSSSLOT)
+// when the channels hash to different slots, and every wake-up of that
+// connection would be lost for good.
 func (l *locker) routeCluster(ctx context.Context, channel string) ([]string, error) {
 	cmd, err := l.publishCommand(ctx)
 	if err != nil {
@@ -162,15 +168,12 @@ func (l *locker) routeCluster(ctx context.Context, channel string) ([]string, er
 	if cmd == "PUBLISH" {
 		return []string{"p"}, nil
 	}
-	master, err := l.cluster.MasterForKey(ctx, channel)
-	if err != nil {
-		return nil, fmt.Errorf("redis: cluster: %w", err)
-	}
-	return []string{"s" + master.Options().Addr}, nil
+	return []string{"s" + strconv.Itoa(keySlot(channel))}, nil
 }
 
 // openCluster opens the pub/sub connection of a routeCluster key. The
-// ClusterClient connects a PubSub to the owner of its first channel's slot.
+// ClusterClient connects a sharded PubSub to the master that owns its
+// first channel's slot, and reconnects it there.
 func (l *locker) openCluster(key string) (*goredis.PubSub, bool) {
 	if strings.HasPrefix(key, "s") {
 		return l.cluster.SSubscribe(context.Background()), true
@@ -183,11 +186,13 @@ func (l *locker) Capabilities() driver.Capabilities {
 		Backend:              "redis",
 		Strategy:             "set-nx",
 		Fencing:              true,
-		FencingNote:          "per-name INCR counter bumped by the acquire script; it never expires, is kept across restarts only when the server persists every write (appendonly, appendfsync always), and is lost under an allkeys-* eviction policy",
+		FencingNote:          "per-name INCR counter bumped by the acquire script; it never expires, is kept across restarts only when the server persists every write (appendonly, appendfsync always); servers with an allkeys-* eviction policy, which could evict it, are refused",
 		TokensSurviveRestart: false,
 		Fair:                 false,
 		Wait:                 driver.WaitNotify,
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
+		MinTTL:               dlock.MinTTL,
+		MaxTTL:               MaxTTL,
 		Notes:                "SET NX PX + Lua (EVALSHA); a release wakes by pub/sub the two Lockers queued longest (roughly in turn, not strictly fair); a failover to an asynchronous replica can lose a lock",
 	}
 	if l.cluster != nil {
@@ -216,6 +221,9 @@ func (l *locker) Watch(ctx context.Context, name string) (<-chan struct{}, func(
 
 func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
 	k := keysFor(l.prefix, req.Name)
+	if err := l.checkLock(ctx, k); err != nil {
+		return nil, err
+	}
 	id := rand.Text()
 	value := ownerValue(id, req.Owner)
 	reg := l.hub.registration(k)
@@ -223,11 +231,25 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 	l.hub.registered(k, reg, granted, err)
 	if err != nil {
 		// The script may have run with its reply lost: take back what it
-		// may have set, so that nothing of the attempt blocks others.
-		cctx, cancel := cleanupContext(ctx)
-		defer cancel()
-		if cmd, cerr := l.publishCommand(cctx); cerr == nil {
-			_, _ = releaseOn(cctx, l.client, k, value, cmd, id)
+		// may have set, so that nothing of the attempt blocks others. In
+		// the background: a cancelled caller returns when its ctx ends,
+		// not when a hung server lets the clean-up finish (Close waits
+		// for it).
+		done := l.hub.cleanup(func() {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			cmd, cerr := l.publishCommand(cctx)
+			if cerr != nil {
+				return
+			}
+			takeBack(cctx, func(ctx context.Context) bool {
+				ok, err := releaseOn(ctx, l.client, k, value, cmd, id)
+				return ok || err != nil
+			})
+		})
+		select {
+		case <-done:
+		case <-ctx.Done():
 		}
 		return nil, err
 	}
@@ -247,9 +269,7 @@ func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	info := driver.Info{Held: held, Fence: fence, Waiters: -1}
 	if held {
 		info.Owner = ownerOf(value)
-		if pttl > 0 {
-			info.TTL = time.Duration(pttl) * time.Millisecond
-		}
+		info.TTL = fromMillis(pttl)
 	}
 	return info, nil
 }
@@ -328,12 +348,30 @@ func releaseOn(ctx context.Context, c goredis.Scripter, k keys, value, pubCmd, i
 
 // notAcquired reports a held lock with the holder's remaining PTTL.
 func notAcquired(pttl int64) error {
-	e := &driver.NotAcquiredError{}
-	if pttl > 0 {
-		e.RetryAfter = time.Duration(pttl) * time.Millisecond
-	}
-	return fmt.Errorf("redis: %w", e)
+	return fmt.Errorf("redis: %w", &driver.NotAcquiredError{RetryAfter: fromMillis(pttl)})
 }
+
+// takeBack runs release, which reports whether it is done (it deleted the
+// attempt's key, or failed), and when it found nothing runs it once more
+// after retakeDelay. A request whose reply was lost may still sit in the
+// server's socket buffer (a paused or overloaded server): the first
+// release can then run before it, and the second, sent after the first's
+// answer, after it.
+func takeBack(ctx context.Context, release func(ctx context.Context) (done bool)) {
+	if release(ctx) {
+		return
+	}
+	t := time.NewTimer(retakeDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		release(ctx)
+	case <-ctx.Done():
+	}
+}
+
+// retakeDelay separates takeBack's two releases.
+const retakeDelay = 50 * time.Millisecond
 
 // cleanupTimeout bounds clean-up after a failed or cancelled request.
 const cleanupTimeout = 2 * time.Second

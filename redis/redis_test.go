@@ -458,6 +458,9 @@ func TestHashTag(t *testing.T) {
 			}
 			slots = append(slots, s)
 		}
+		if int64(keySlot(k.lock)) != slots[0] {
+			t.Errorf("keySlot(%q) = %d, the server says %d", k.lock, keySlot(k.lock), slots[0])
+		}
 		if slots[0] != slots[1] || slots[0] != slots[2] {
 			t.Errorf("name %q: keys %q in slots %v", n, k.lock, slots)
 		}

@@ -39,6 +39,7 @@ type redlock struct {
 	quorum      int
 	nodeTimeout time.Duration
 	hub         *hub
+	gate        evictionGate
 }
 
 var (
@@ -90,6 +91,8 @@ func (r *redlock) Capabilities() driver.Capabilities {
 		Fair:                 false,
 		Wait:                 driver.WaitNotify,
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
+		MinTTL:               dlock.MinTTL,
+		MaxTTL:               MaxTTL,
 		Notes:                "quorum N/2+1 of independent masters; validity = TTL - elapsed - (1% of TTL + 2ms); concurrent attempts can split the votes so that none wins (they retry after a random delay); safe only with bounded clock drift and no process pauses longer than the validity; a node restarted without persistence must stay down for one TTL",
 	}
 }
@@ -149,6 +152,9 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	if budget <= 0 {
 		return nil, fmt.Errorf("redis: redlock: %w: TTL %v leaves no validity after the drift margin %v", dlock.ErrInvalidOption, req.TTL, drift(req.TTL))
 	}
+	if err := r.checkNodes(ctx, min(r.nodeTimeout, budget)); err != nil {
+		return nil, err
+	}
 	k := keysFor(r.prefix, req.Name)
 	id := rand.Text()
 	value := ownerValue(id, req.Owner)
@@ -197,17 +203,32 @@ wait:
 	r.hub.registered(k, reg, false, nil)
 	// No valid quorum: wait for the answers still out (bounded by the node
 	// timeout), then take back every key this attempt may have set, with a
-	// fresh context, so that nothing of it blocks another acquirer.
-	for ; answered < n; answered++ {
-		count(<-results)
-	}
-	if granted > 0 || slow > 0 || len(errs) > 0 {
-		// Without a publish: waking every waiter for a lock that was never
-		// held would have them all fan out at once and split the votes
-		// again. They retry after the portable layer's random delay.
-		cctx, cancel := cleanupContext(ctx)
-		r.releaseAll(cctx, k, value, "", id)
-		cancel()
+	// fresh context, so that nothing of it blocks another acquirer. In the
+	// background: a cancelled caller returns when its ctx ends (Close
+	// waits for the clean-up); the counts are read only once it is done.
+	done := r.hub.cleanup(func() {
+		for ; answered < n; answered++ {
+			count(<-results)
+		}
+		if granted > 0 || slow > 0 || len(errs) > 0 {
+			// Without a publish: waking every waiter for a lock that was
+			// never held would have them all fan out at once and split
+			// the votes again. They retry after the portable layer's
+			// random delay.
+			cctx, cancel := cleanupContext(ctx)
+			takeBack(cctx, func(ctx context.Context) bool {
+				r.releaseAll(ctx, k, value, "", id)
+				// A node that was slow or failed may apply the attempt
+				// late: release there once more.
+				return slow == 0 && len(errs) == 0
+			})
+			cancel()
+		}
+	})
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -302,9 +323,7 @@ func (r *redlock) Inspect(ctx context.Context, name string) (driver.Info, error)
 	for v, c := range votes {
 		if c >= r.quorum {
 			info.Held, info.Owner = true, ownerOf(v)
-			if t := minTTL[v]; t > 0 {
-				info.TTL = time.Duration(t) * time.Millisecond
-			}
+			info.TTL = fromMillis(minTTL[v])
 		}
 	}
 	return info, nil

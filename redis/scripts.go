@@ -2,6 +2,7 @@ package redis
 
 import (
 	_ "embed"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -75,11 +76,42 @@ func escapeTag(name string) string {
 	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(name)
 }
 
-// millis converts a TTL to whole milliseconds, rounding up: the server must
-// not expire a lease before the local deadline, which is computed from the
-// unrounded TTL.
+// MaxTTL is the longest lease the driver accepts: the largest whole number
+// of milliseconds a time.Duration holds (about 292 years). SET PX and
+// PEXPIRE take a positive 64-bit millisecond count that the server adds to
+// its clock (Redis 7 refuses a sum past 2^63-1 ms, older servers would
+// wrap), so every TTL up to MaxTTL is honoured with room to spare; and a
+// PTTL the server reports for a lease of at most MaxTTL converts back to a
+// Duration without overflow.
+const MaxTTL = time.Duration(maxMillis) * time.Millisecond
+
+// maxMillis is the largest whole number of milliseconds in a Duration.
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// millis converts a TTL to whole milliseconds, rounding up (1.5ms is 2ms,
+// never 1ms): the server must not expire a lease before the local
+// deadline, which is computed from the unrounded TTL. It cannot overflow:
+// it divides first and adds at most one, so a TTL of up to
+// math.MaxInt64ns gives at most maxMillis+1.
 func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+// fromMillis converts a millisecond count read from the server (a PTTL) to
+// a Duration: 0 for none or a negative count (no key, no expiry),
+// saturating at the largest Duration instead of wrapping.
+func fromMillis(ms int64) time.Duration {
+	switch {
+	case ms <= 0:
+		return 0
+	case ms > maxMillis:
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // ownerValue is what the lock key holds: a random id unique to the grant
