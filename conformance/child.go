@@ -370,10 +370,16 @@ func casePausedHolderFenced(c *caseT) {
 	stopped = false
 	if watch {
 		c.tell(ch, "pause-report")
-		if r := c.expect(ch, "pause", 20*time.Second); !strings.HasPrefix(r, "lost ") {
-			c.Errorf("the resumed holder was told it still held the lock in the first instant after a pause past its lease's deadline: %s", r)
-		} else {
+		switch r := c.expect(ch, "pause", 20*time.Second); {
+		case strings.HasPrefix(r, "lost "):
 			c.Notef("first instant after the pause: %s", r)
+		case strings.HasPrefix(r, "none "):
+			// The lease had ended before the pause (a keep-alive starved
+			// on a loaded machine): the first instant after a pause was
+			// not observed, and this run proves nothing about it.
+			c.Notef("the first instant after the pause was not observed: %s", r)
+		default:
+			c.Errorf("the resumed holder was told it still held the lock in the first instant after a pause past its lease's deadline: %s", r)
 		}
 	}
 	c.tell(ch, "write")

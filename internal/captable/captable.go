@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -31,8 +32,8 @@ const (
 // Render returns the Markdown table for rows.
 func Render(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| URL | backend / strategy | fencing token | fair | waiters woken by | lease bound to | lock freed after a holder crashes |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("| URL | backend / strategy | fencing token | fair | waiters woken by | lease bound to | TTL range | lock freed after a holder crashes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		c := r.Caps
 		fence := "no"
@@ -42,8 +43,8 @@ func Render(rows []Row) string {
 				fence += ", survives restarts"
 			}
 		}
-		fmt.Fprintf(&b, "| `%s` | %s / %s | %s | %s | %s | %s | %s |\n",
-			r.URL, c.Backend, c.Strategy, fence, yesNo(c.Fair), c.Wait, bound(c), crash(c.ReleaseOnCrash))
+		fmt.Fprintf(&b, "| `%s` | %s / %s | %s | %s | %s | %s | %s | %s |\n",
+			r.URL, c.Backend, c.Strategy, fence, yesNo(c.Fair), c.Wait, bound(c), ttlRange(c), crash(c.ReleaseOnCrash))
 	}
 	b.WriteString("\nWhat each token is, and each backend's caveats:\n\n")
 	for _, r := range rows {
@@ -52,6 +53,29 @@ func Render(rows []Row) string {
 	}
 	b.WriteString("\nEvery backend is reentrant for a non-empty `AcquireOptions.Owner` (the portable layer keeps the hold count).\n")
 	return b.String()
+}
+
+// ttlRange is the range of TTLs a backend accepts, as the portable layer
+// enforces it.
+func ttlRange(c driver.Capabilities) string {
+	lo := max(c.MinTTL, dlock.MinTTL)
+	if c.MaxTTL == 0 {
+		return lo.String() + " – no limit"
+	}
+	return lo.String() + " – " + human(c.MaxTTL)
+}
+
+// human writes long durations in days, which time.Duration.String does not.
+func human(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d < day {
+		return d.String()
+	}
+	days, rest := d/day, d%day
+	if rest == 0 {
+		return fmt.Sprintf("%dd", days)
+	}
+	return fmt.Sprintf("%dd%s", days, rest.Truncate(time.Second))
 }
 
 func yesNo(b bool) string {
