@@ -297,7 +297,10 @@ func TestKeepAliveAndExpiry(t *testing.T) {
 }
 
 // The local deadline ends the lease before the server does, so the old
-// holder knows before a new holder can be granted.
+// holder knows before a new holder can be granted: at the instant of the
+// new grant, the old lease's deadline has passed and its Done is closed
+// (both read the clock when called, so this does not depend on when a
+// goroutine waiting on Done gets scheduled).
 func TestDoneBeforeServerRegrants(t *testing.T) {
 	ctx := testCtx(t)
 	ns := memory.NewNamespace()
@@ -310,22 +313,21 @@ func TestDoneBeforeServerRegrants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var doneAt time.Time
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-old.Done()
-			doneAt = time.Now()
-		}()
 		next, err := b.Acquire(ctx, name, &dlock.AcquireOptions{TTL: time.Second})
 		grantAt := time.Now()
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Wait()
-		if !doneAt.Before(grantAt) {
-			t.Errorf("old lease's Done closed %v after the new grant", doneAt.Sub(grantAt))
+		if dl, ok := old.Deadline(); !ok || !dl.Before(grantAt) {
+			t.Errorf("old lease's deadline %v is not before the new grant (%v after it)", dl, dl.Sub(grantAt))
+		}
+		select {
+		case <-old.Done():
+		default:
+			t.Errorf("old lease's Done is still open after the new grant")
+		}
+		if !errors.Is(old.Err(), dlock.ErrLockLost) {
+			t.Errorf("old lease's Err after the new grant = %v, want ErrLockLost", old.Err())
 		}
 		if next.Token() <= old.Token() {
 			t.Errorf("token %d after %d", next.Token(), old.Token())
