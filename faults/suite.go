@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/driver"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,9 +160,10 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 				return out, ""
 			}
 			name := fmt.Sprintf("faults/%s/%s/%d", strings.ReplaceAll(t.Backend, "/", "-"), f.Name, time.Now().UnixNano())
+			ttl, duration, every := runTiming(t.Caps, opts)
 			cfg := Config{
-				Target: t, Fault: f, Clients: opts.Clients, TTL: opts.TTL,
-				Duration: opts.Duration, Every: opts.Every, Name: name, Logf: opts.Logf,
+				Target: t, Fault: f, Clients: opts.Clients, TTL: ttl,
+				Duration: duration, Every: every, Name: name, Logf: opts.Logf,
 				Dir: opts.Dir,
 			}
 			if f.Name == "none" {
@@ -179,6 +181,24 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 		}
 	}
 	return out, ""
+}
+
+// runTiming returns the lease TTL of a run against a backend with caps,
+// the asked-for TTL moved into the backend's declared TTL range, and the
+// run's duration and injection interval scaled by the same factor, so that
+// a backend with a longer minimum TTL gets as many TTLs per run.
+func runTiming(caps driver.Capabilities, opts Options) (ttl, duration, every time.Duration) {
+	ttl = max(opts.TTL, caps.MinTTL)
+	if caps.MaxTTL > 0 {
+		ttl = min(ttl, caps.MaxTTL)
+	}
+	if ttl == opts.TTL {
+		return ttl, opts.Duration, opts.Every
+	}
+	scale := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * float64(ttl) / float64(opts.TTL))
+	}
+	return ttl, scale(opts.Duration), scale(opts.Every)
 }
 
 // saveHistory writes a run's history (JSON) into dir, next to the
