@@ -208,3 +208,36 @@ func TestDoReleaseHonoursDeadline(t *testing.T) {
 		t.Fatal("Do with a 300ms context was still blocked in its release after 10s")
 	}
 }
+
+// The portable layer's own duration arithmetic never overflows: for every
+// TTL it accepts, the drift margin leaves at least half the TTL, the local
+// deadline lies after the request's start and no later than start + TTL,
+// and the keep-alive interval is positive.
+func FuzzLeaseArithmetic(f *testing.F) {
+	for _, ttl := range []int64{int64(MinTTL), int64(MinTTL) - 1, int64(time.Second), 1<<63 - 1, 1<<63 - 2, int64(time.Hour) * 24 * 365 * 290} {
+		f.Add(ttl)
+	}
+	start := time.Now()
+	l := NewLocker(newStub())
+	defer l.Close()
+	f.Fuzz(func(t *testing.T, n int64) {
+		ttl := time.Duration(n)
+		if l.validateTTL(ttl) != nil {
+			if ttl >= MinTTL {
+				t.Fatalf("TTL %v refused by a backend with no maximum", ttl)
+			}
+			return
+		}
+		d := drift(ttl)
+		if d <= 0 || d > ttl/2 {
+			t.Fatalf("TTL %v: drift %v is not in (0, TTL/2]", ttl, d)
+		}
+		dl := start.Add(ttl - d)
+		if !dl.After(start) || dl.Sub(start) > ttl {
+			t.Fatalf("TTL %v: deadline %v after start is outside (0, TTL]", ttl, dl.Sub(start))
+		}
+		if ttl/3 <= 0 {
+			t.Fatalf("TTL %v: keep-alive interval %v", ttl, ttl/3)
+		}
+	})
+}
