@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/secrettest"
 	_ "github.com/dlock-go/dlock/mysql"
 	_ "github.com/dlock-go/dlock/postgres"
 	_ "github.com/dlock-go/dlock/redis"
@@ -73,7 +72,7 @@ func FuzzOpenRedaction(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, pw string, shape uint8, raw bool) {
-		if !printable(pw) {
+		if !secrettest.Printable(pw) {
 			t.Skip()
 		}
 		base := baseURLs[int(shape)%len(baseURLs)]
@@ -100,7 +99,7 @@ func FuzzOpenRedaction(f *testing.F) {
 				t.Skip()
 			}
 		}
-		u, ub := put(pw), put(otherPassword(pw))
+		u, ub := put(pw), put(secrettest.Other(pw))
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		_, err := dlock.Open(ctx, u)
@@ -123,24 +122,3 @@ func urlUserPassword(pw string) string {
 }
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
-
-func otherPassword(pw string) string {
-	for _, c := range "QZqzXJ" {
-		if !strings.ContainsRune(pw, c) {
-			return strings.Repeat(string(c), 9)
-		}
-	}
-	return "WWWWWWWWW"
-}
-
-func printable(pw string) bool {
-	if pw == "" || !utf8.ValidString(pw) || len(pw) > 64 {
-		return false
-	}
-	for _, r := range pw {
-		if !unicode.IsPrint(r) || r == '\uFFFD' {
-			return false
-		}
-	}
-	return true
-}

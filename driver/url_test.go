@@ -6,10 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/secrettest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -190,50 +189,21 @@ func encode(shape, pw string, raw bool) string {
 	return strings.Replace(shape, "P", strings.TrimPrefix(url.UserPassword("", pw).String(), ":"), 1)
 }
 
-// other is a password that shares no character with pw.
-func other(pw string) string {
-	for _, c := range "QZqzXJ" {
-		if !strings.ContainsRune(pw, c) {
-			return strings.Repeat(string(c), 9)
-		}
-	}
-	return "WWWWWWWWW"
-}
-
-// printable reports whether pw is a non-empty password of printable
-// characters, the domain of the fuzz tests.
-func printable(pw string) bool {
-	if pw == "" || !utf8.ValidString(pw) || len(pw) > 64 {
-		return false
-	}
-	for _, r := range pw {
-		if !unicode.IsPrint(r) || r == '\uFFFD' {
-			return false
-		}
-	}
-	return true
-}
-
-// Leaks reports whether msg, made from a URL with password pw, shows pw
-// more often than base, the same message made with a password that shares
-// no character with pw: the oracle of every redaction test.
-func Leaks(msg, base, pw string) bool { return strings.Count(msg, pw) > strings.Count(base, pw) }
-
 func FuzzRedact(f *testing.F) {
 	for _, pw := range []string{"p", "1", "pa?ss", "a#b", "p@ss/w:rd", "50%off", "%41", "x&y=z", "ü?#/@:%;&", "a b", "dlock", "127", "p?k=v@x"} {
 		f.Add(pw, uint8(0), true)
 		f.Add(pw, uint8(5), false)
 	}
 	f.Fuzz(func(t *testing.T, pw string, shape uint8, raw bool) {
-		if !printable(pw) {
+		if !secrettest.Printable(pw) {
 			t.Skip()
 		}
 		s := urlShapes[int(shape)%len(urlShapes)]
 		if raw && strings.Contains(s, "=P") && strings.ContainsAny(pw, "&;") {
 			t.Skip() // a raw '&' or ';' ends a query value: the rest is another parameter
 		}
-		u, base := encode(s, pw, raw), encode(s, other(pw), raw)
-		if r, rb := driver.Redact(u), driver.Redact(base); Leaks(r, rb, pw) {
+		u, base := encode(s, pw, raw), encode(s, secrettest.Other(pw), raw)
+		if r, rb := driver.Redact(u), driver.Redact(base); secrettest.Leaks(r, rb, pw) {
 			t.Errorf("Redact(%q) = %q shows the password %q (base %q)", u, r, pw, rb)
 		}
 		for _, msg := range []string{"connect %s: refused", "user=u password=%s", "auth '%s' failed", "dial u:%s@h"} {
@@ -241,11 +211,11 @@ func FuzzRedact(f *testing.F) {
 			if strings.HasPrefix(msg, "connect") {
 				m = strings.Replace(msg, "%s", u, 1)
 			}
-			mb := strings.Replace(msg, "%s", other(pw), 1)
+			mb := strings.Replace(msg, "%s", secrettest.Other(pw), 1)
 			if strings.HasPrefix(msg, "connect") {
 				mb = strings.Replace(msg, "%s", base, 1)
 			}
-			if got, gotb := driver.Scrub(m, u), driver.Scrub(mb, base); Leaks(got, gotb, pw) {
+			if got, gotb := driver.Scrub(m, u), driver.Scrub(mb, base); secrettest.Leaks(got, gotb, pw) {
 				t.Errorf("Scrub(%q, %q) = %q shows the password", m, u, got)
 			}
 		}
@@ -253,8 +223,8 @@ func FuzzRedact(f *testing.F) {
 		if err != nil {
 			// A password of one or two characters may be part of the
 			// error's fixed text ("%" in "write '%' as %25").
-			if len(pw) > 2 && Leaks(err.Error(), "", pw) {
-				if _, errb := driver.ParseURL(base); errb == nil || Leaks(err.Error(), errb.Error(), pw) {
+			if len(pw) > 2 && secrettest.Leaks(err.Error(), "", pw) {
+				if _, errb := driver.ParseURL(base); errb == nil || secrettest.Leaks(err.Error(), errb.Error(), pw) {
 					t.Errorf("ParseURL(%q) error shows the password: %v", u, err)
 				}
 			}

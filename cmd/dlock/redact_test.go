@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/secrettest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -16,16 +17,6 @@ import (
 // characters raw and encoded, one-character ones that occur in every
 // message, non-ASCII.
 var leakPasswords = []string{"p", "1", "pa?ss", "a#b", "p@ss/w:rd", "ü?#/@:%;&x", "a b+c", "50%off", "x?k=v@y", "dlock"}
-
-// otherPassword shares no character with pw.
-func otherPassword(pw string) string {
-	for _, c := range "QZqzXJ" {
-		if !strings.ContainsRune(pw, c) {
-			return strings.Repeat(string(c), 9)
-		}
-	}
-	return "WWWWWWWWW"
-}
 
 // withPassword puts pw into u's userinfo, raw or percent-encoded.
 func withPassword(u, user, pw string, raw bool) string {
@@ -51,10 +42,6 @@ func redisUser(t *testing.T, pw string) string {
 	return s.URL
 }
 
-// leaks reports whether msg (made with password pw) shows pw more often
-// than base, the same made with a password sharing no character with it.
-func leaks(msg, base, pw string) bool { return strings.Count(msg, pw) > strings.Count(base, pw) }
-
 // TestWrongPasswordNeverShown runs dlock as an operator would, with a
 // wrong password, against the real servers and an unreachable port: no
 // dlock.Open error and no line on dlock's stderr shows the password.
@@ -75,21 +62,21 @@ func TestWrongPasswordNeverShown(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			for _, pw := range leakPasswords {
 				for _, raw := range []bool{false, true} {
-					u, base := withPassword(tg.url, tg.user, pw, raw), withPassword(tg.url, tg.user, otherPassword(pw), raw)
+					u, base := withPassword(tg.url, tg.user, pw, raw), withPassword(tg.url, tg.user, secrettest.Other(pw), raw)
 					_, err := dlock.Open(ctx, u)
 					_, errBase := dlock.Open(ctx, base)
 					if err == nil || errBase == nil {
 						if !strings.Contains(tg.name, "red") { // Redis connects on first use
 							t.Errorf("Open(%q) with a wrong password: %v / %v", u, err, errBase)
 						}
-					} else if leaks(err.Error(), errBase.Error(), pw) {
+					} else if secrettest.Leaks(err.Error(), errBase.Error(), pw) {
 						t.Errorf("Open(%q): error shows the password %q: %v\nbase: %v", u, pw, err, errBase)
 					}
 					args := []string{"run", "-v", "-no-wait", "-url", u, "job", "--", "true"}
 					_, _, stderr := runDlock(t, ctx, os.Environ(), args...)
 					args[4] = base
 					_, _, stderrBase := runDlock(t, ctx, os.Environ(), args...)
-					if leaks(stderr, stderrBase, pw) || stderr == "" {
+					if secrettest.Leaks(stderr, stderrBase, pw) || stderr == "" {
 						t.Errorf("dlock run -url %q: stderr shows the password %q:\n%s\nbase:\n%s", u, pw, stderr, stderrBase)
 					}
 				}
