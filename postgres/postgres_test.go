@@ -128,37 +128,12 @@ func TestForUpdateNeedsTwoConns(t *testing.T) {
 	}
 }
 
-// TestTTLRange: each strategy's declared range holds on the server (no
-// overflow of a huge TTL), and a TTL outside it is refused.
-func TestTTLRange(t *testing.T) {
-	srv := testenv.Postgres(t)
-	for _, s := range sqltest.Strategies("advisory") {
-		t.Run(s, func(t *testing.T) {
-			t.Parallel()
-			sqltest.TTLRange(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "ttl_"+s))
-		})
-	}
-}
-
-// TestEndedLeaseFreesLock: a lease ended for its holder frees the lock
-// on the server at once.
-func TestEndedLeaseFreesLock(t *testing.T) {
-	srv := testenv.Postgres(t)
-	for _, s := range sqltest.Strategies("advisory") {
-		t.Run(s, func(t *testing.T) {
-			sqltest.EndedLeaseFreesLock(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "ended_"+s))
-		})
-	}
-}
-
-// TestCancelledAcquires: cancelled Acquires leave no lease behind.
-func TestCancelledAcquires(t *testing.T) {
-	srv := testenv.Postgres(t)
-	for _, s := range sqltest.Strategies("advisory") {
-		t.Run(s, func(t *testing.T) {
-			sqltest.CancelledAcquires(t, sqltest.WithParams(srv.URL, "strategy", s, "table", "cancelled_"+s))
-		})
-	}
+// TestLeaseSafety: on every strategy the declared TTL range holds on the
+// server (no overflow of a huge TTL; a TTL outside it is refused), a lease
+// that ended for its holder frees the lock on the server at once, and
+// cancelled Acquires leave no lease behind.
+func TestLeaseSafety(t *testing.T) {
+	sqltest.Safety(t, testenv.Postgres(t).URL, "advisory")
 }
 
 // TestSharedTable: every pair of strategies on one table, and the

@@ -241,3 +241,22 @@ func RecreatedCounter(t *testing.T, rawURL string, drop func(ctx context.Context
 		}
 	}
 }
+
+// Safety runs the lease-safety checks on every strategy of a server (native
+// names the dialect's connection-lock strategy): the declared TTL range
+// holds on the server, a lease that ended locally frees the lock at once,
+// and cancelled Acquires leave no lease behind. Each strategy gets tables of
+// its own.
+func Safety(t *testing.T, rawURL, native string) {
+	for _, s := range Strategies(native) {
+		t.Run("TTLRange/"+s, func(t *testing.T) {
+			TTLRange(t, WithParams(rawURL, "strategy", s, "table", "ttl_"+s))
+		})
+		t.Run("EndedLeaseFreesLock/"+s, func(t *testing.T) {
+			EndedLeaseFreesLock(t, WithParams(rawURL, "strategy", s, "table", "ended_"+s))
+		})
+		t.Run("CancelledAcquires/"+s, func(t *testing.T) {
+			CancelledAcquires(t, WithParams(rawURL, "strategy", s, "table", "cancelled_"+s))
+		})
+	}
+}
