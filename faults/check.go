@@ -67,6 +67,10 @@ type Result struct {
 	SignalNote     string `json:"signal_note,omitempty"`
 	Unsafe         bool   `json:"unsafe"`
 
+	// Violations are the broken promises that the fault observed itself
+	// (Injection.Violation).
+	Violations []string `json:"violations,omitempty"`
+
 	// Failures are the assertions of the suite that this run broke.
 	Failures []string `json:"failures,omitempty"`
 	// ClientErrors counts calls that failed with something other than the
@@ -95,6 +99,11 @@ func analyse(h *History, cfg Config) *Result {
 	}
 	res.Injections = h.Injections
 	res.Ops = len(h.Ops)
+	for _, e := range h.Events {
+		if e.Violation {
+			res.Violations = append(res.Violations, e.Detail)
+		}
+	}
 	for _, op := range h.Ops {
 		switch {
 		case op.Kind == "write":
@@ -199,7 +208,7 @@ func analyse(h *History, cfg Config) *Result {
 
 // failures lists what the short mode asserts and this run broke.
 func failures(r *Result) []string {
-	var out []string
+	out := slices.Clone(r.Violations)
 	// Without fencing (Capabilities.Fencing false: Redlock) nothing stops a
 	// paused holder's late write, so violations are reported, not failed.
 	if r.FencedViolations > 0 && !r.Unsafe && r.Fencing {

@@ -29,6 +29,24 @@ type Hooks struct {
 	// ExpireEarly makes the lock key of name expire now on server i, as a
 	// clock jump on that node would.
 	ExpireEarly func(ctx context.Context, i int, name string) error
+	// RestartReusingIDs kills and restarts the server (as Restart), then
+	// opens sessions of its own until it holds one with every session id
+	// the server's clients had before the restart (a MySQL server hands
+	// connection ids out again from 1). The returned Bystanders stand for
+	// the other clients that a restart gives those ids to.
+	RestartReusingIDs func(ctx context.Context) (Bystanders, error)
+}
+
+// Bystanders are sessions opened after a restart with the ids that
+// sessions of before it had.
+type Bystanders interface {
+	// IDs returns the reused session ids.
+	IDs() []int64
+	// Ended returns the ids of the sessions that something ended since
+	// they were opened.
+	Ended(ctx context.Context) ([]int64, error)
+	// Close closes the sessions.
+	Close() error
 }
 
 // Fault is one kind of fault, injected on a schedule during a run.
@@ -55,7 +73,7 @@ func (f *Fault) Expected(caps driver.Capabilities) (signalled bool, why string) 
 		return false, "documented unsafe: the server forgets the grant"
 	case (f.Name == "pause" || f.Name == "mixed") && caps.SessionBound:
 		return false, "a paused holder cannot see its session expire; the fencing token protects the resource"
-	case (f.Name == "restart" || f.Name == "mixed") && caps.ReleaseOnCrash == 0:
+	case (f.Name == "restart" || f.Name == "restart-ids" || f.Name == "mixed") && caps.ReleaseOnCrash == 0:
 		// A connection lock (SQL forupdate, advisory, getlock) is freed
 		// the moment the server dies, and a server that restarts fast can
 		// grant it again before the holder's next keep-alive meets the
@@ -227,6 +245,14 @@ func Catalogue() []*Fault {
 			},
 			Unsafe: true,
 		},
+		{
+			Name: "restart-ids",
+			Doc:  "the holder is paused (SIGSTOP); the server is killed and restarted, and sessions of other clients take every session id the clients had before; the holder continues (SIGCONT) and finds its connection gone: its clean-up must end none of those sessions (a KILL by a stale id would end another client's session and free its lock)",
+			Applies: func(t *Target) bool {
+				return t.Hooks.RestartReusingIDs != nil
+			},
+			Inject: restartReusingIDs,
+		},
 		mixed(),
 		{
 			Name:    "evict",
@@ -247,6 +273,43 @@ func Catalogue() []*Fault {
 			Unsafe: true,
 		},
 	}
+}
+
+// restartReusingIDs is the restart-ids fault: a stale holder wakes up on a
+// restarted server whose session ids now belong to others.
+func restartReusingIDs(ctx context.Context, x *Injection) error {
+	id, err := holder(ctx, x)
+	if err != nil {
+		return err
+	}
+	h := x.Target().Hooks
+	var by Bystanders
+	err = x.PauseDuring(ctx, id, "SIGSTOP, server restarted", "restart-ids", func(ctx context.Context) error {
+		var err error
+		by, err = h.RestartReusingIDs(ctx)
+		if err != nil {
+			return err
+		}
+		x.Note("restart-ids", fmt.Sprintf("server up; its clients' old session ids %v now belong to other sessions", by.IDs()))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer by.Close()
+	// The holder's keep-alive runs within TTL/3 of SIGCONT, finds its
+	// connection gone and cleans up: give it that and the clean-up's bound.
+	sleep(ctx, x.TTL()+2*time.Second)
+	ended, err := by.Ended(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ended) > 0 {
+		x.Violation("restart-ids", fmt.Sprintf("sessions %v, opened after the restart with ids that clients had before it, were ended by a stale holder's clean-up", ended))
+	} else {
+		x.Note("restart-ids", "no session with a reused id was ended")
+	}
+	return nil
 }
 
 // expireOn makes the lock key expire now on k nodes chosen at random.

@@ -66,6 +66,8 @@ type Event struct {
 	Fault  string `json:"fault"`
 	Client int    `json:"client,omitempty"` // victim, 0 when none
 	Detail string `json:"detail,omitempty"`
+	// Violation: the fault itself saw a promise broken (Detail says which).
+	Violation bool `json:"violation,omitempty"`
 	// Victim is the lease its client held when the fault hit (holder
 	// faults), or nil.
 	victim *LeaseRec

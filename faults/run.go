@@ -587,26 +587,35 @@ func (x *Injection) Kill(id int, fault string) error {
 
 // Pause SIGSTOPs client id for d, then SIGCONTs it.
 func (x *Injection) Pause(ctx context.Context, id int, d time.Duration, fault string) error {
+	return x.PauseDuring(ctx, id, fmt.Sprintf("SIGSTOP for %v", d), fault, func(ctx context.Context) error {
+		sleep(ctx, d)
+		return nil
+	})
+}
+
+// PauseDuring SIGSTOPs client id, runs during (the world changes while the
+// client cannot see it), then SIGCONTs the client, whatever during returned.
+func (x *Injection) PauseDuring(ctx context.Context, id int, detail, fault string, during func(ctx context.Context) error) error {
 	c, err := x.client(id)
 	if err != nil {
 		return err
 	}
-	x.holderEvent(c, Event{Fault: fault, Detail: fmt.Sprintf("SIGSTOP for %v", d)}, true)
+	x.holderEvent(c, Event{Fault: fault, Detail: detail}, true)
 	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("faults: stop client %d: %w", id, err)
 	}
 	x.r.mu.Lock()
 	c.paused = true
 	x.r.mu.Unlock()
-	sleep(ctx, d)
+	derr := during(ctx)
 	x.r.mu.Lock()
 	c.paused = false
 	x.r.mu.Unlock()
 	x.r.event(Event{Fault: fault, Client: id, Detail: "SIGCONT"})
 	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("faults: continue client %d: %w", id, err)
+		return errors.Join(derr, fmt.Errorf("faults: continue client %d: %w", id, err))
 	}
-	return nil
+	return derr
 }
 
 // Cut cuts client id off (from server only, or from all when only < 0)
@@ -704,6 +713,12 @@ func (x *Injection) Name() string { return x.r.cfg.Name }
 
 // Note records a fault event.
 func (x *Injection) Note(fault, detail string) { x.r.event(Event{Fault: fault, Detail: detail}) }
+
+// Violation records a broken promise that the fault observed itself (not
+// one the history's analysis can find): the run fails with detail.
+func (x *Injection) Violation(fault, detail string) {
+	x.r.event(Event{Fault: fault, Detail: detail, Violation: true})
+}
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
