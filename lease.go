@@ -68,11 +68,31 @@ func (ls *Lease) Done() <-chan struct{} {
 	return ls.h.done
 }
 
-// Err returns nil while the lease is held, then ErrReleased, ErrLockLost
-// (wrapped with the reason) or ErrClosed. It reads the monotonic clock at
-// the moment of the call: after the local deadline it never returns nil,
-// even in the first instant after a pause longer than the TTL.
-func (ls *Lease) Err() error { return ls.h.check() }
+// Err returns nil while the lease is held, then an error wrapping
+// ErrReleased, ErrLockLost (with the reason) or ErrClosed:
+// `dlock: lease "orders/42": lock lost: lease expired (...)`. It reads the
+// monotonic clock at the moment of the call: after the local deadline it
+// never returns nil, even in the first instant after a pause longer than
+// the TTL.
+func (ls *Lease) Err() error { return ls.h.leaseErr(ls.h.check()) }
+
+// leaseError is a lease's end as Err reports it: the hold's reason with the
+// package prefix and the lock name, said once.
+type leaseError struct {
+	name string
+	err  error
+}
+
+func (e *leaseError) Error() string { return fmt.Sprintf("dlock: lease %q: %v", e.name, e.err) }
+func (e *leaseError) Unwrap() error { return e.err }
+
+// leaseErr wraps the hold's reason err (nil while held) for callers.
+func (h *hold) leaseErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &leaseError{name: h.name, err: err}
+}
 
 // Deadline returns the local time until which the lease is known to be
 // held, and false for session-bound backends, which have none. A deadline
@@ -95,7 +115,7 @@ func (ls *Lease) Context(parent context.Context) (context.Context, context.Cance
 	go func() {
 		select {
 		case <-ls.h.done:
-			cancel(ls.h.currentErr())
+			cancel(ls.h.leaseErr(ls.h.currentErr()))
 		case <-ctx.Done():
 		}
 	}()
@@ -122,7 +142,7 @@ func (c *leaseContext) Err() error {
 
 func (c *leaseContext) sync() {
 	if err := c.h.check(); err != nil {
-		c.cancel(err)
+		c.cancel(c.h.leaseErr(err))
 	}
 }
 

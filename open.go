@@ -61,14 +61,14 @@ func Schemes() []string {
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
 	i := strings.Index(rawURL, "://")
 	if i <= 0 || !validScheme(rawURL[:i]) {
-		return nil, fmt.Errorf("%w: malformed URL %q: want scheme://...", ErrInvalidOption, driver.Redact(rawURL))
+		return nil, fmt.Errorf("dlock: open: %w: malformed URL %q: want scheme://...", ErrInvalidOption, driver.Redact(rawURL))
 	}
 	scheme := strings.ToLower(rawURL[:i])
 	registry.RLock()
 	opener := registry.openers[scheme]
 	registry.RUnlock()
 	if opener == nil {
-		return nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s; forgotten import?)",
+		return nil, fmt.Errorf("dlock: open: %w: unknown URL scheme %q (registered: %s; forgotten import?)",
 			ErrInvalidOption, scheme, strings.Join(Schemes(), ", "))
 	}
 	if err := ctx.Err(); err != nil {

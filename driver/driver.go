@@ -19,25 +19,29 @@ import (
 
 // Sentinel errors. Drivers return them, wrapped or not; callers test with
 // errors.Is. The root package re-exports them as dlock.ErrNotAcquired etc.
+// Their texts carry no package prefix: the portable layer prefixes every
+// error it returns with "dlock: " once, and a driver wraps with its own
+// name ("redis: detail: %w"), so a message says each thing once:
+// dlock: acquire "orders/42": redis: <detail>: lock is held by another owner.
 var (
 	// ErrNotAcquired: the lock is held by someone else (one attempt failed).
-	ErrNotAcquired = errors.New("dlock: lock is held by another owner")
+	ErrNotAcquired = errors.New("lock is held by another owner")
 	// ErrNotHeld: the caller does not hold the lock (any more).
-	ErrNotHeld = errors.New("dlock: lock is not held")
+	ErrNotHeld = errors.New("lock is not held")
 	// ErrLockLost: the lease ended without a release: expired, revoked by the
 	// server, or its session or connection was lost.
-	ErrLockLost = errors.New("dlock: lock lost")
+	ErrLockLost = errors.New("lock lost")
 	// ErrReleased: the lease ended because its holder released it.
-	ErrReleased = errors.New("dlock: lease released")
+	ErrReleased = errors.New("lease released")
 	// ErrInvalidName: the lock name is empty, not UTF-8, too long, or not
 	// storable by the backend.
-	ErrInvalidName = errors.New("dlock: invalid lock name")
+	ErrInvalidName = errors.New("invalid lock name")
 	// ErrInvalidOption: an option (a TTL, a URL parameter) is out of range or unknown.
-	ErrInvalidOption = errors.New("dlock: invalid option")
+	ErrInvalidOption = errors.New("invalid option")
 	// ErrClosed: the Locker was closed.
-	ErrClosed = errors.New("dlock: locker closed")
+	ErrClosed = errors.New("locker closed")
 	// ErrUnsupported: the backend cannot do what was asked.
-	ErrUnsupported = errors.New("dlock: unsupported by this backend")
+	ErrUnsupported = errors.New("unsupported by this backend")
 )
 
 // Request describes one attempt to acquire a lock. The portable layer has
