@@ -33,7 +33,10 @@ func ExampleFencedUpdate() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	l := mysql.OpenLocker(db, &mysql.Options{MultiStatements: true})
+	l, err := mysql.OpenLocker(db, &mysql.Options{MultiStatements: true})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 	lease, err := l.Acquire(ctx, "account/7", nil)
 	if err != nil {

@@ -176,13 +176,17 @@ func (o *Options) config(db *sql.DB, owned bool) (sqllock.Config, error) {
 // interpolateParams=true (and multiStatements=true with
 // Options.MultiStatements) to save round trips.
 //
-// OpenLocker panics on an invalid opts.Strategy or opts.Table.
-func OpenLocker(db *sql.DB, opts *Options) *dlock.Locker {
+// OpenLocker returns an error wrapping dlock.ErrInvalidOption if db is
+// nil or opts.Strategy or opts.Table is invalid; it makes no server call.
+func OpenLocker(db *sql.DB, opts *Options) (*dlock.Locker, error) {
+	if db == nil {
+		return nil, fmt.Errorf("mysql: OpenLocker needs a DB: %w", driver.ErrInvalidOption)
+	}
 	cfg, err := opts.config(db, false)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	return dlock.NewLocker(sqllock.New(cfg))
+	return dlock.NewLocker(sqllock.New(cfg)), nil
 }
 
 // Session variables a URL may set, each with the strict pattern of its
@@ -205,7 +209,7 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: mysql: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("mysql: %s: %w", fmt.Sprintf(format, args...), driver.ErrInvalidOption)
 }
 
 // parseURL turns a mysql:// URL into dlock's options and go-sql-driver's

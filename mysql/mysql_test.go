@@ -52,7 +52,10 @@ func TestPoolLeak(t *testing.T) {
 			db := openDB(t, srv.DSN)
 			db.SetMaxOpenConns(16)
 			db.SetMaxIdleConns(16)
-			l := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
+			l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer l.Close()
 			sqltest.PoolLeak(t, l, cycles,
 				func() int { return db.Stats().InUse },
@@ -117,7 +120,10 @@ func TestForUpdateNeedsTwoConns(t *testing.T) {
 	srv := testenv.MySQL(t)
 	db := openDB(t, srv.DSN)
 	db.SetMaxOpenConns(1)
-	l := mysql.OpenLocker(db, &mysql.Options{Strategy: "forupdate", MultiStatements: true})
+	l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: "forupdate", MultiStatements: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer l.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

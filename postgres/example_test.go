@@ -36,7 +36,10 @@ func ExampleFencedUpdate() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	l := postgres.OpenLocker(pool, &postgres.Options{Strategy: "forupdate"})
+	l, err := postgres.OpenLocker(pool, &postgres.Options{Strategy: "forupdate"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 	lease, err := l.Acquire(ctx, "account/7", nil)
 	if err != nil {

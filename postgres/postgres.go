@@ -173,13 +173,17 @@ func (o *Options) config(p *pgxpool.Pool, owned bool) (sqllock.Config, error) {
 // of the pool's connections until it ends; size the pool for it. The
 // table is created on first use unless opts.NoMigrate.
 //
-// OpenLocker panics on an invalid opts.Strategy or opts.Table.
-func OpenLocker(p *pgxpool.Pool, opts *Options) *dlock.Locker {
+// OpenLocker returns an error wrapping dlock.ErrInvalidOption if p is
+// nil or opts.Strategy or opts.Table is invalid; it makes no server call.
+func OpenLocker(p *pgxpool.Pool, opts *Options) (*dlock.Locker, error) {
+	if p == nil {
+		return nil, fmt.Errorf("postgres: OpenLocker needs a pool: %w", driver.ErrInvalidOption)
+	}
 	cfg, err := opts.config(p, false)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	return dlock.NewLocker(sqllock.New(cfg))
+	return dlock.NewLocker(sqllock.New(cfg)), nil
 }
 
 // Schema returns the statements that create the lock table and its
@@ -212,7 +216,7 @@ var pgParams = []string{
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: postgres: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("postgres: %s: %w", fmt.Sprintf(format, args...), driver.ErrInvalidOption)
 }
 
 // parseURL splits a URL into dlock's options and pgxpool's config. The

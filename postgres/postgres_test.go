@@ -52,7 +52,10 @@ func TestPoolLeak(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			l := postgres.OpenLocker(p, &postgres.Options{Strategy: s})
+			l, err := postgres.OpenLocker(p, &postgres.Options{Strategy: s})
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer l.Close()
 			sqltest.PoolLeak(t, l, cycles,
 				func() int { return int(p.Stat().AcquiredConns()) },

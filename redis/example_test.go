@@ -74,7 +74,10 @@ func Example_redlock() {
 func ExampleOpenLocker() {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	l := redis.OpenLocker(client, &redis.Options{Prefix: "myapp:"})
+	l, err := redis.OpenLocker(client, &redis.Options{Prefix: "myapp:"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 }
 
@@ -84,6 +87,9 @@ func ExampleOpenRedlock() {
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
 		nodes = append(nodes, goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true}))
 	}
-	l := redis.OpenRedlock(nodes, &redis.Options{NodeTimeout: 20 * time.Millisecond})
+	l, err := redis.OpenRedlock(nodes, &redis.Options{NodeTimeout: 20 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 }

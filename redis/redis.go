@@ -73,7 +73,7 @@ func (o *Options) nodeTimeout() time.Duration {
 
 func validPrefix(p string) error {
 	if strings.ContainsAny(p, "{}") {
-		return fmt.Errorf("redis: %w: prefix %q must not contain '{' or '}' (the name's hash tag follows it)", dlock.ErrInvalidOption, p)
+		return fmt.Errorf("redis: prefix %q must not contain '{' or '}' (the name's hash tag follows it): %w", p, dlock.ErrInvalidOption)
 	}
 	return nil
 }
@@ -84,12 +84,16 @@ func validPrefix(p string) error {
 // the Locker does not close the client. Pass a client created with
 // ContextTimeoutEnabled so that a context deadline bounds each request.
 //
-// OpenLocker panics if opts.Prefix contains '{' or '}'.
-func OpenLocker(client goredis.UniversalClient, opts *Options) *dlock.Locker {
-	if err := validPrefix(opts.prefix()); err != nil {
-		panic(err)
+// OpenLocker returns an error wrapping dlock.ErrInvalidOption if client
+// is nil or opts.Prefix contains '{' or '}'.
+func OpenLocker(client goredis.UniversalClient, opts *Options) (*dlock.Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("redis: OpenLocker needs a client: %w", dlock.ErrInvalidOption)
 	}
-	return dlock.NewLocker(newLocker(client, false, opts.prefix()))
+	if err := validPrefix(opts.prefix()); err != nil {
+		return nil, err
+	}
+	return dlock.NewLocker(newLocker(client, false, opts.prefix())), nil
 }
 
 // locker is the driver for one Redis server or one Redis Cluster.

@@ -20,15 +20,21 @@ import (
 // quorum of len(clients)/2+1 nodes granted it within its validity. Closing
 // the Locker does not close the clients.
 //
-// OpenRedlock panics if clients is empty or opts.Prefix contains '{' or '}'.
-func OpenRedlock(clients []goredis.UniversalClient, opts *Options) *dlock.Locker {
+// OpenRedlock returns an error wrapping dlock.ErrInvalidOption if clients
+// is empty or holds a nil client, or opts.Prefix contains '{' or '}'.
+func OpenRedlock(clients []goredis.UniversalClient, opts *Options) (*dlock.Locker, error) {
 	if len(clients) == 0 {
-		panic("redis: OpenRedlock needs at least one client")
+		return nil, fmt.Errorf("redis: OpenRedlock needs at least one client: %w", dlock.ErrInvalidOption)
+	}
+	for i, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("redis: OpenRedlock needs non-nil clients (client %d is nil): %w", i, dlock.ErrInvalidOption)
+		}
 	}
 	if err := validPrefix(opts.prefix()); err != nil {
-		panic(err)
+		return nil, err
 	}
-	return dlock.NewLocker(newRedlock(clients, false, opts.prefix(), opts.nodeTimeout()))
+	return dlock.NewLocker(newRedlock(clients, false, opts.prefix(), opts.nodeTimeout())), nil
 }
 
 // redlock is the driver for Redlock over independent masters.

@@ -116,7 +116,8 @@
 // seen down (at once when the timeout is not given). go-zookeeper does not
 // expose the negotiated timeout, so Options.SessionTimeout must be it, not
 // the one requested: a larger value would report a loss too late. A value
-// above MaxSessionTimeout or negative is refused (ErrInvalidOption).
+// above MaxSessionTimeout or negative is refused: OpenLocker returns an
+// error wrapping ErrInvalidOption.
 //
 // A waiter whose session expired is never granted: its node is gone, and it
 // queues again in the new session.

@@ -48,11 +48,14 @@ func ExampleOpenLocker() {
 	}
 	defer conn.Close() // Locker.Close leaves conn open
 
-	l := zookeeper.OpenLocker(conn, &zookeeper.Options{
+	l, err := zookeeper.OpenLocker(conn, &zookeeper.Options{
 		Prefix:         "/myapp/locks",
 		SessionTimeout: 10 * time.Second,
 		Events:         events,
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

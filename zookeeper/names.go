@@ -77,7 +77,7 @@ func forbiddenRune(r rune) bool {
 // element, no character the server refuses, no trailing slash.
 func validatePrefix(p string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: zookeeper: prefix %q: %s", driver.ErrInvalidOption, p, why)
+		return fmt.Errorf("zookeeper: prefix %q: %s: %w", p, why, driver.ErrInvalidOption)
 	}
 	switch {
 	case p == "" || p[0] != '/':

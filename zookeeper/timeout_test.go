@@ -132,9 +132,7 @@ func TestSessionTimeoutNegotiated(t *testing.T) {
 			t.Errorf("session_timeout=%s: %v after %v, want a quick ErrInvalidOption naming the range", st, err, time.Since(start))
 		}
 	}
-	bad := OpenLocker(d.conn, &Options{Prefix: prefix, SessionTimeout: 600 * time.Hour})
-	defer bad.Close()
-	if _, err := bad.TryAcquire(ctx, "x", nil); !errors.Is(err, dlock.ErrInvalidOption) {
-		t.Errorf("OpenLocker with SessionTimeout 600h: %v, want ErrInvalidOption", err)
+	if bad, err := OpenLocker(d.conn, &Options{Prefix: prefix, SessionTimeout: 600 * time.Hour}); bad != nil || !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "int32 milliseconds") {
+		t.Errorf("OpenLocker with SessionTimeout 600h: %v, %v, want a nil Locker and ErrInvalidOption naming the range", bad, err)
 	}
 }

@@ -86,19 +86,24 @@ type Options struct {
 // timeout after the last packet it read; a one-way partition in which the
 // client still receives but the server no longer hears it is not detected
 // before the session expires. Open by URL when you can.
-func OpenLocker(conn *zk.Conn, opts *Options) *dlock.Locker {
+//
+// OpenLocker returns an error wrapping dlock.ErrInvalidOption if conn is
+// nil, opts.Prefix or opts.Recipe is invalid, or opts.SessionTimeout is
+// outside (0, MaxSessionTimeout]; it makes no server call.
+func OpenLocker(conn *zk.Conn, opts *Options) (*dlock.Locker, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("zookeeper: OpenLocker needs a connection: %w", driver.ErrInvalidOption)
+	}
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	cfg, err := o.config()
-	s := newSession(conn, nil, o.SessionTimeout, o.Events)
-	l := newLocker(conn, false, cfg, s)
 	if err != nil {
-		// A bad option: every call fails with it (OpenLocker has no error).
-		l.cfgErr = err
+		return nil, err
 	}
-	return dlock.NewLocker(l)
+	s := newSession(conn, nil, o.SessionTimeout, o.Events)
+	return dlock.NewLocker(newLocker(conn, false, cfg, s)), nil
 }
 
 type config struct {
@@ -119,7 +124,7 @@ func (o *Options) config() (config, error) {
 		c.acl = zk.WorldACL(zk.PermAll)
 	}
 	if c.recipe != RecipeFair && c.recipe != RecipeBasic {
-		return c, fmt.Errorf("%w: zookeeper: recipe %q: want %s or %s", driver.ErrInvalidOption, c.recipe, RecipeFair, RecipeBasic)
+		return c, fmt.Errorf("zookeeper: recipe %q: want %s or %s: %w", c.recipe, RecipeFair, RecipeBasic, driver.ErrInvalidOption)
 	}
 	if err := validatePrefix(c.prefix); err != nil {
 		return c, err
@@ -144,7 +149,7 @@ type parsedURL struct {
 // Errors never contain the password.
 func parseURL(raw string) (*parsedURL, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: zookeeper: "+format, append([]any{driver.ErrInvalidOption}, args...)...)
+		return fmt.Errorf("zookeeper: %s: %w", fmt.Sprintf(format, args...), driver.ErrInvalidOption)
 	}
 	u, err := driver.ParseURL(raw)
 	if err != nil {
@@ -249,11 +254,10 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 
 // locker is the driver.Locker of one zk.Conn (one session).
 type locker struct {
-	conn   *zk.Conn
-	own    bool // Close closes conn
-	cfg    config
-	cfgErr error
-	s      *session
+	conn *zk.Conn
+	own  bool // Close closes conn
+	cfg  config
+	s    *session
 	// pipeline sends a getChildren along with each create, so that a
 	// contended acquire learns its place without another round trip. Off:
 	// the create's reply already tells an uncontended acquire that it
@@ -367,9 +371,6 @@ func (l *locker) closed() bool {
 }
 
 func (l *locker) check() error {
-	if l.cfgErr != nil {
-		return l.cfgErr
-	}
 	if l.closed() {
 		return fmt.Errorf("zookeeper: %w", driver.ErrClosed)
 	}

@@ -381,7 +381,10 @@ func TestOpenLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	l := OpenLocker(conn, &Options{Prefix: prefix, SessionTimeout: 4 * time.Second, Events: events})
+	l, err := OpenLocker(conn, &Options{Prefix: prefix, SessionTimeout: 4 * time.Second, Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ls, err := l.Acquire(ctx, "own", &dlock.AcquireOptions{Owner: "me"})
 	if err != nil {
 		t.Fatal(err)
@@ -416,11 +419,9 @@ func TestOpenLocker(t *testing.T) {
 	}
 	assertNoOrphans(t, admin, prefix)
 
-	// Bad options surface on use, wrapping ErrInvalidOption.
-	bad := OpenLocker(conn, &Options{Prefix: "/zookeeper/x"})
-	defer bad.Close()
-	if _, err := bad.TryAcquire(ctx, "x", nil); !errors.Is(err, dlock.ErrInvalidOption) {
-		t.Errorf("bad prefix: %v", err)
+	// A bad option is OpenLocker's error, wrapping ErrInvalidOption.
+	if bad, err := OpenLocker(conn, &Options{Prefix: "/zookeeper/x"}); bad != nil || !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("bad prefix: %v, %v, want a nil Locker and ErrInvalidOption", bad, err)
 	}
 }
 

@@ -234,8 +234,8 @@ func (l *Locker) Sessions() []int64 {
 // pins one connection and its grant commits on another.
 func (l *Locker) checkPool() error {
 	if l.strategy == ForUpdate && l.pool.MaxConns() == 1 {
-		return fmt.Errorf("%w: %s: strategy forupdate needs a pool of at least 2 connections (its limit is 1): a lease pins one, and its token is made durable on another",
-			driver.ErrInvalidOption, l.d.Backend())
+		return fmt.Errorf("%s: strategy forupdate needs a pool of at least 2 connections (its limit is 1): a lease pins one, and its token is made durable on another: %w",
+			l.d.Backend(), driver.ErrInvalidOption)
 	}
 	return nil
 }

@@ -331,7 +331,7 @@ func ParseTable(d Dialect, raw string) (Table, error) {
 	}
 	parts := strings.Split(raw, ".")
 	if len(parts) > 2 {
-		return Table{}, fmt.Errorf("%w: %s: table %q: want table or schema.table", driver.ErrInvalidOption, d.Backend(), raw)
+		return Table{}, fmt.Errorf("%s: table %q: want table or schema.table: %w", d.Backend(), raw, driver.ErrInvalidOption)
 	}
 	for i, p := range parts {
 		max := d.MaxIdent()
@@ -339,8 +339,8 @@ func ParseTable(d Dialect, raw string) (Table, error) {
 			max -= len(SeqSuffix)
 		}
 		if !identRE.MatchString(p) || len(p) > max {
-			return Table{}, fmt.Errorf("%w: %s: table %q: each part must be letters, digits and underscores, not starting with a digit, at most %d bytes",
-				driver.ErrInvalidOption, d.Backend(), raw, max)
+			return Table{}, fmt.Errorf("%s: table %q: each part must be letters, digits and underscores, not starting with a digit, at most %d bytes: %w",
+				d.Backend(), raw, max, driver.ErrInvalidOption)
 		}
 	}
 	q := make([]string, len(parts))
@@ -369,7 +369,7 @@ func ParseStrategy(d Dialect, s string) (Strategy, error) {
 	case d.NativeStrategy(), string(Native):
 		return Native, nil
 	}
-	return "", fmt.Errorf("%w: %s: strategy %q: want %s, %s or %s", driver.ErrInvalidOption, d.Backend(), s, ForUpdate, Version, d.NativeStrategy())
+	return "", fmt.Errorf("%s: strategy %q: want %s, %s or %s: %w", d.Backend(), s, ForUpdate, Version, d.NativeStrategy(), driver.ErrInvalidOption)
 }
 
 // FencedSQL builds the statement of a fenced write to a user's table:
@@ -388,7 +388,7 @@ func FencedSQL(d Dialect, table, column, set, where string, nargs int) (q string
 		return "", false, err
 	}
 	if !identRE.MatchString(column) || len(column) > d.MaxIdent() {
-		return "", false, fmt.Errorf("%w: %s: fence column %q is not an identifier", driver.ErrInvalidOption, d.Backend(), column)
+		return "", false, fmt.Errorf("%s: fence column %q is not an identifier: %w", d.Backend(), column, driver.ErrInvalidOption)
 	}
 	if strings.TrimSpace(where) == "" {
 		where = "TRUE"
