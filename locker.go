@@ -290,7 +290,7 @@ const (
 	pollMax        = 100 * time.Millisecond
 	watchFallback  = 50 * time.Millisecond
 	watchMax       = time.Second
-	cleanupTimeout = 5 * time.Second
+	cleanupTimeout = ReleaseTimeout
 )
 
 // waitLoop tries until granted: watch first, then try, then wait for a
@@ -420,7 +420,7 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // a release given a context with no deadline, or one already ended, gives
 // up after this long, even when the server does not answer. The lease has
 // ended locally by then either way; the server frees the lock at the TTL.
-const ReleaseTimeout = cleanupTimeout
+const ReleaseTimeout = 5 * time.Second
 
 // releaseContext returns the context a release runs under: ctx while it is
 // live, bounded by ReleaseTimeout; a fresh context bounded by
