@@ -1,7 +1,7 @@
 # dlock: tests run against real servers started by internal/testenv;
 # scripts/install-backends.sh installs them (a fast no-op when present).
 #
-#   make test              install missing servers, vet, race tests (missing backends fail)
+#   make test              install missing servers, vet, check go.mod is tidy, race tests (missing backends fail)
 #   make bench             run the comparative benchmark (bench/cmd/dlockbench); BENCHFLAGS=...
 #   make install-backends  only install the servers
 #   make vet | cover
@@ -15,7 +15,7 @@ BACKENDS_FLAGS := $(if $(wildcard bench/go.mod),--chromium,)
 
 export DLOCK_REQUIRE_BACKENDS = 1
 
-.PHONY: all test vet cover bench install-backends backends
+.PHONY: all test vet tidy cover bench install-backends backends
 
 all: test
 
@@ -32,7 +32,13 @@ vet:
 	$(GO) vet ./...
 	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) vet ./..."; cd bench && $(GO) vet ./...; fi
 
-test: backends vet
+# tidy fails when go.mod or go.sum of either module is not what `go mod tidy`
+# would write (run it in that module and commit).
+tidy:
+	$(GO) mod tidy -diff
+	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) mod tidy -diff"; cd bench && $(GO) mod tidy -diff; fi
+
+test: backends vet tidy
 	$(GO) test $(TESTFLAGS) ./...
 	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) test $(TESTFLAGS) ./..."; cd bench && $(GO) test $(TESTFLAGS) ./...; fi
 
