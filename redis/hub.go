@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Timings of the pub/sub hub.
@@ -50,10 +51,11 @@ type hub struct {
 	unregister func(ctx context.Context, k keys, id string)
 	// id names this Locker in waiter queues and wake-up channels.
 	id string
-	// tasks are the hub's goroutines (readers, writers) and the clean-ups
-	// in flight (unregister calls, taking back a failed attempt); close
-	// waits for them.
-	tasks sync.WaitGroup
+	// tasks are the hub's goroutines (readers, writers, unregister calls);
+	// cleanups take back what failed or cancelled attempts left. close
+	// waits for both.
+	tasks    sync.WaitGroup
+	cleanups background.Group
 
 	closing chan struct{}
 
@@ -499,6 +501,7 @@ func (h *hub) close() error {
 	}
 	h.closed = true
 	close(h.closing)
+	h.cleanups.Stop()
 	shards := make([]*shard, 0, len(h.shards))
 	for _, sh := range h.shards {
 		shards = append(shards, sh)
@@ -511,6 +514,7 @@ func (h *hub) close() error {
 		}
 	}
 	h.tasks.Wait()
+	h.cleanups.Wait()
 	return errors.Join(errs...)
 }
 
@@ -518,21 +522,4 @@ func (h *hub) close() error {
 // left on the server) in the background, so that the caller can return
 // when its ctx ends; close waits for it, so it is never lost. The returned
 // channel is closed when f has returned. After close it runs f at once.
-func (h *hub) cleanup(f func()) <-chan struct{} {
-	done := make(chan struct{})
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		f()
-		close(done)
-		return done
-	}
-	h.tasks.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.tasks.Done()
-		defer close(done)
-		f()
-	}()
-	return done
-}
+func (h *hub) cleanup(f func()) <-chan struct{} { return h.cleanups.Go(f) }

@@ -423,25 +423,11 @@ const cleanupGrace = 25 * time.Millisecond
 // cannot delete in time it hands to the janitor, which retries while the
 // session lives.
 func (l *locker) cleanup(ctx context.Context, f func(cctx context.Context)) {
-	done := make(chan struct{})
-	run := func() {
-		defer close(done)
+	done := l.bg.Go(func() {
 		cctx, cancel := context.WithTimeout(l.bgCtx, cleanupTimeout)
 		defer cancel()
 		f(cctx)
-	}
-	l.bgMu.Lock()
-	if l.bgClosing {
-		l.bgMu.Unlock()
-		run()
-		return
-	}
-	l.bg.Add(1)
-	l.bgMu.Unlock()
-	go func() {
-		defer l.bg.Done()
-		run()
-	}()
+	})
 	select {
 	case <-done:
 		return

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Scheme is the URL scheme this package registers.
@@ -284,11 +285,9 @@ type locker struct {
 
 	// Clean-ups of failed or cancelled attempts running in the background
 	// (see cleanup); Close waits for them.
-	bgCtx     context.Context
-	bgCancel  context.CancelFunc
-	bgMu      sync.Mutex
-	bgClosing bool
-	bg        sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       background.Group
 }
 
 var (
@@ -335,9 +334,7 @@ func (l *locker) Capabilities() driver.Capabilities {
 
 func (l *locker) Close() error {
 	l.once.Do(func() {
-		l.bgMu.Lock()
-		l.bgClosing = true
-		l.bgMu.Unlock()
+		l.bg.Stop()
 		if l.own {
 			// Closing the session deletes every node it owns: the
 			// clean-ups in flight are moot.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Config configures New.
@@ -38,8 +39,7 @@ type Locker struct {
 
 	mu       sync.Mutex
 	pinned   map[*pinnedLease]struct{}
-	closing  bool           // Close has begun: clean-ups run inline
-	cleanups sync.WaitGroup // background clean-ups (see goCleanup)
+	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
 
 	// ForUpdate: tokens are made durable before they are returned, and
 	// slots (on a bounded pool) keeps a connection free for that.
@@ -185,8 +185,8 @@ func (l *Locker) Close() error {
 	if l.hub != nil {
 		l.hub.close()
 	}
+	l.cleanups.Stop()
 	l.mu.Lock()
-	l.closing = true
 	left := make([]*pinnedLease, 0, len(l.pinned))
 	for p := range l.pinned {
 		left = append(left, p)
@@ -200,23 +200,8 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// goCleanup runs f in the background, where Close waits for it; once
-// Close has begun it runs f at once (a WaitGroup must not grow while
-// Close waits on it).
-func (l *Locker) goCleanup(f func()) {
-	l.mu.Lock()
-	if l.closing {
-		l.mu.Unlock()
-		f()
-		return
-	}
-	l.cleanups.Add(1)
-	l.mu.Unlock()
-	go func() {
-		defer l.cleanups.Done()
-		f()
-	}()
-}
+// goCleanup runs f in the background, where Close waits for it.
+func (l *Locker) goCleanup(f func()) { l.cleanups.Go(f) }
 
 // Sessions returns the server session ids of the connections pinned by
 // live leases (for tests that cut them).
