@@ -11,7 +11,7 @@ GO        ?= go
 TESTFLAGS ?= -race -p 2 -timeout 20m
 BENCHFLAGS ?=
 # The benchmark module's report test renders HTML in Chromium.
-BACKENDS_FLAGS := $(if $(wildcard bench/go.mod),--chromium,)
+BACKENDS_FLAGS := --chromium
 
 export DLOCK_REQUIRE_BACKENDS = 1
 
@@ -28,19 +28,24 @@ backends:
 install-backends:
 	scripts/install-backends.sh $(BACKENDS_FLAGS)
 
-vet:
-	$(GO) vet ./...
-	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) vet ./..."; cd bench && $(GO) vet ./...; fi
+# The modules: the library (.), the benchmark (bench/) and the
+# fault-injection suite (faults/), each with its own go.mod so that the
+# library's requirements are only the drivers' client libraries.
+MODULES := . bench faults
 
-# tidy fails when go.mod or go.sum of either module is not what `go mod tidy`
+# each runs a command in every module, stopping at the first failure.
+each = set -e; for m in $(MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done
+
+vet:
+	@$(call each,$(GO) vet ./...)
+
+# tidy fails when go.mod or go.sum of any module is not what `go mod tidy`
 # would write (run it in that module and commit).
 tidy:
-	$(GO) mod tidy -diff
-	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) mod tidy -diff"; cd bench && $(GO) mod tidy -diff; fi
+	@$(call each,$(GO) mod tidy -diff)
 
 test: backends vet tidy
-	$(GO) test $(TESTFLAGS) ./...
-	@if [ -f bench/go.mod ]; then echo "cd bench && $(GO) test $(TESTFLAGS) ./..."; cd bench && $(GO) test $(TESTFLAGS) ./...; fi
+	@$(call each,$(GO) test $(TESTFLAGS) ./...)
 
 cover: backends
 	$(GO) test -p 2 -timeout 20m -coverprofile=cover.out ./...

@@ -63,7 +63,7 @@
 //
 // go test -race ./faults/ runs every backend × fault that can run here for
 // a few seconds each (TestFaults: about 4 minutes on 2 cores, two
-// backends at a time, TTL 500ms). cmd/dlockchaos runs the same suite for
+// backends at a time, TTL 500ms). faults/cmd/dlockchaos runs the same suite for
 // as long as wanted and writes faults.txt, faults.json and faults.html,
 // with every run's history (JSON) and porcupine's visualisation of each
 // history the checker rejected.
