@@ -79,13 +79,10 @@ func (h *Harness) Close() error {
 }
 
 func (h *Harness) run(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
-	return Core(h.admin).Pool().Run(ctx, []sqllock.Stmt{{SQL: sql, Args: args}}, dest...)
+	return Exec(ctx, h.admin, []sqllock.Stmt{{SQL: sql, Args: args}}, dest...)
 }
 
-func (h *Harness) sql() sqllock.Admin {
-	c := Core(h.admin)
-	return c.Dialect().Admin(c.Table())
-}
+func (h *Harness) sql() sqllock.Admin { return AdminSQL(h.admin) }
 
 // Revoke makes the server drop the current lease of name.
 func (h *Harness) Revoke(ctx context.Context, name string) error {
@@ -104,7 +101,7 @@ func (h *Harness) Revoke(ctx context.Context, name string) error {
 	for range max(strings.Count(last.SQL, "?"), 1) { // "?": each is the name
 		last.Args = append(last.Args, name)
 	}
-	found, err := Core(h.admin).Pool().Run(ctx, stmts, &session)
+	found, err := Exec(ctx, h.admin, stmts, &session)
 	if err != nil {
 		return err
 	}

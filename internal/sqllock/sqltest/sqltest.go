@@ -14,25 +14,14 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/sqllock"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Strategies are the URL values of the three strategies of a backend.
 func Strategies(native string) []string { return []string{"forupdate", "version", native} }
 
-// WithParams appends query parameters to a URL.
-func WithParams(raw string, kv ...string) string {
-	sep := "?"
-	for i := 0; i < len(raw); i++ {
-		if raw[i] == '?' {
-			sep = "&"
-		}
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		raw += sep + kv[i] + "=" + kv[i+1]
-		sep = "&"
-	}
-	return raw
-}
+// WithParams appends query parameters to a URL (testenv.WithParams).
+var WithParams = testenv.WithParams
 
 // Open opens a Locker and closes it at the end of the test.
 func Open(t testing.TB, ctx context.Context, rawURL string) *dlock.Locker {
@@ -47,6 +36,19 @@ func Open(t testing.TB, ctx context.Context, rawURL string) *dlock.Locker {
 
 // Core returns the strategy core of a Locker.
 func Core(l *dlock.Locker) *sqllock.Locker { return sqllock.Core(l.Driver()) }
+
+// AdminSQL returns the test and operator SQL of l's dialect for l's table:
+// the one way tests and hooks reach it.
+func AdminSQL(l *dlock.Locker) sqllock.Admin {
+	c := Core(l)
+	return c.Dialect().Admin(c.Table())
+}
+
+// Exec runs stmts on one connection of l's pool and scans the last
+// statement's first row into dest; found is false when it had no row.
+func Exec(ctx context.Context, l *dlock.Locker, stmts []sqllock.Stmt, dest ...any) (found bool, err error) {
+	return Core(l).Pool().Run(ctx, stmts, dest...)
+}
 
 // Basic checks acquire, try-acquire while held, release, and that tokens
 // increase.
