@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"time"
 
@@ -92,4 +93,33 @@ func ExampleOpenRedlock() {
 		log.Fatal(err)
 	}
 	defer l.Close()
+}
+
+// Stock deduction, fenced on the resource side: the decrement applies only
+// if no newer holder of the lock has written to the stock since, so a
+// holder that was paused past its lease cannot deduct twice.
+func ExampleFencedIncrBy() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+
+	err = dlock.Do(ctx, l, "stock/sku-1", nil, func(ctx context.Context, lease *dlock.Lease) error {
+		left, ok, err := redis.FencedIncrBy(ctx, rdb, "stock:sku-1", lease.Token(), "qty", -1)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return errors.New("a newer holder has written: this lease is stale")
+		}
+		log.Printf("%d left", left)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
 }
