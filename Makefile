@@ -1,7 +1,8 @@
 # dlock: tests run against real servers started by internal/testenv;
 # scripts/install-backends.sh installs them (a fast no-op when present).
 #
-#   make test              install missing servers, vet, check go.mod is tidy, race tests (missing backends fail)
+#   make test              install missing servers, vet, check go.mod is tidy, build with the oldest
+#                          supported Go (go.mod's go line), race tests (missing backends fail)
 #   make bench             run the comparative benchmark (bench/cmd/dlockbench); BENCHFLAGS=...
 #   make install-backends  only install the servers
 #   make vet | cover
@@ -15,7 +16,13 @@ BACKENDS_FLAGS := --chromium
 
 export DLOCK_REQUIRE_BACKENDS = 1
 
-.PHONY: all test vet tidy cover bench install-backends backends
+# GO_MIN is the go directive of go.mod: the oldest Go release the library
+# supports. `make test` builds the library with that toolchain (fetched
+# through the module proxy the first time), so that a newer API cannot creep
+# in unnoticed.
+GO_MIN := $(shell awk '$$1 == "go" {print $$2; exit}' go.mod)
+
+.PHONY: all test vet tidy oldest-go cover bench install-backends backends
 
 all: test
 
@@ -44,7 +51,10 @@ vet:
 tidy:
 	@$(call each,$(GO) mod tidy -diff)
 
-test: backends vet tidy
+oldest-go:
+	GOTOOLCHAIN=go$(GO_MIN) $(GO) build ./...
+
+test: backends vet tidy oldest-go
 	@$(call each,$(GO) test $(TESTFLAGS) ./...)
 
 cover: backends

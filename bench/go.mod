@@ -1,6 +1,6 @@
 module github.com/dlock-go/dlock/bench
 
-go 1.26.8
+go 1.26.0
 
 // The benchmark is its own module so that the library's go.mod never
 // requires the peer libraries, HdrHistogram or go-echarts.
