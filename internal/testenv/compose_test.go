@@ -3,6 +3,7 @@ package testenv
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -61,5 +62,77 @@ func TestComposeFile(t *testing.T) {
 		if user != User || pw != Password || db != Database {
 			t.Errorf("%s: user/password/database = %s/%s/%s, want %s/%s/%s", name, user, pw, db, User, Password, Database)
 		}
+	}
+}
+
+// TestComposeServesREADME checks that every server address in the README's
+// URL table ("Pointing it at a real server") is served by a service of
+// docker-compose.yml: published on that loopback port, or listening on it
+// in the host's network (--port N). The README says compose starts them all.
+func TestComposeServesREADME(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Ports       []string `yaml:"ports"`
+			NetworkMode string   `yaml:"network_mode"`
+			Command     []string `yaml:"command"`
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	served := map[string]string{} // "127.0.0.1:port" → service
+	for name, s := range f.Services {
+		for _, p := range s.Ports {
+			if parts := strings.Split(p, ":"); len(parts) == 3 {
+				served[parts[0]+":"+parts[1]] = name
+			}
+		}
+		if s.NetworkMode == "host" {
+			for i, a := range s.Command {
+				if a == "--port" && i+1 < len(s.Command) {
+					served["127.0.0.1:"+s.Command[i+1]] = name
+					if len(s.Healthcheck.Test) < 2 {
+						t.Errorf("%s: no healthcheck", name)
+					}
+				}
+			}
+		}
+	}
+	// The table's rows: | backend | `import` | `URL`, `URL` … |
+	sec := string(readme)
+	i := strings.Index(sec, "## Pointing it at a real server")
+	if i < 0 {
+		t.Fatal("README.md: no section \"Pointing it at a real server\"")
+	}
+	sec = sec[i:]
+	if j := strings.Index(sec[3:], "\n## "); j >= 0 {
+		sec = sec[:j+3]
+	}
+	addr := regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	n := 0
+	for _, line := range strings.Split(sec, "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.Contains(line, "mem://") {
+			continue
+		}
+		for _, a := range addr.FindAllString(line, -1) {
+			n++
+			if served[a] == "" {
+				t.Errorf("README's URL table names %s (%s), which no service of docker-compose.yml serves", a, strings.TrimSpace(strings.Split(line, "|")[1]))
+			}
+		}
+	}
+	if n < 8 {
+		t.Fatalf("found %d addresses in the README's URL table, want the table's 8 or more", n)
 	}
 }
