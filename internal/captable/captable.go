@@ -49,7 +49,11 @@ func Render(rows []Row) string {
 	b.WriteString("\nWhat each token is, and each backend's caveats:\n\n")
 	for _, r := range rows {
 		c := r.Caps
-		fmt.Fprintf(&b, "- **%s / %s**: token: %s. %s\n", c.Backend, c.Strategy, oneLine(c.FencingNote), oneLine(c.Notes))
+		line := fmt.Sprintf("- **%s / %s**: token: %s.", c.Backend, c.Strategy, oneLine(c.FencingNote))
+		if n := oneLine(c.Notes); n != "" {
+			line += " " + n
+		}
+		b.WriteString(line + "\n")
 	}
 	b.WriteString("\nEvery backend is reentrant for a non-empty `AcquireOptions.Owner` (the portable layer keeps the hold count).\n")
 	return b.String()
