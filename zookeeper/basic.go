@@ -24,36 +24,15 @@ const basicNode = "lock"
 // delete a later grant's node. The token is the multi's zxid, which is the
 // node's czxid.
 func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool) (_ driver.Lease, err error) {
-	c := l.conn
 	parent := l.parent(req.Name)
 	path := parent + "/" + basicNode
 	guid := newGUID()
 	data := []byte(guid + "\n" + req.Owner)
-	backoff := 10 * time.Millisecond
-	pause := func() error {
-		err := sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, time.Second)
-		return err
-	}
+	var bo backoff
 	defer func() { err = l.wrapErr(err) }()
 	for {
-		sid := c.SessionID()
-		mr := make(chan result[[]zk.MultiResponse], 1)
-		gr := make(chan result[nodeData], 1)
-		sent := make(chan struct{})
-		go func() {
-			close(sent)
-			r, err := c.Multi(
-				&zk.CreateRequest{Path: path, Data: data, Acl: l.cfg.acl, Flags: zk.FlagEphemeral},
-				&zk.SetDataRequest{Path: parent, Version: -1})
-			mr <- result[[]zk.MultiResponse]{r, err}
-		}()
-		<-sent
-		// Pipelined: the holder's node with a watch on it (ours when we won).
-		go func() {
-			d, st, ch, err := c.GetW(path)
-			gr <- result[nodeData]{nodeData{d, st, ch}, err}
-		}()
+		sid := l.conn.SessionID()
+		mr, gr := l.basicSend(parent, path, data)
 		var r result[[]zk.MultiResponse]
 		select {
 		case r = <-mr:
@@ -63,77 +42,17 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 		}
 		switch {
 		case r.err == nil:
-			st := r.v[1].Stat
-			version, err := rebaseGuard(ctx, c, parent, st.Version)
-			if errors.Is(err, zk.ErrBadVersion) {
-				// The parent was written since our grant: look at the
-				// node itself (ours, or another grant's).
-				ls, err := l.basicRecover(ctx, parent, path, guid, sid)
-				if ls != nil || err != nil {
-					return ls, err
-				}
-				continue
+			ls, err := l.basicGranted(ctx, r.v[1].Stat, gr, parent, path, guid, sid)
+			if ls != nil || err != nil {
+				return ls, err
 			}
-			if err != nil {
-				l.addOrphan(orphan{path: path, parent: parent, guid: guid, basic: true})
-				return nil, err
-			}
-			ls := l.newLease(path, sid, st.Mzxid, true, version)
-			var g result[nodeData]
-			select {
-			case g = <-gr:
-			case <-ctx.Done():
-				l.cleanup(ctx, func(cctx context.Context) {
-					if err := basicDelete(cctx, c, path, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
-						l.addOrphan(ls.orphan())
-					}
-				})
-				return nil, ctx.Err()
-			}
-			// The node's owner is the session the multi ran in (it may not
-			// be the one read before sending it, across a reconnection).
-			// The pipelined read normally sees our node; should it have
-			// gone out first, read again.
-			ours := func(d []byte) bool { return bytes.HasPrefix(d, []byte(guid+"\n")) }
-			var watch <-chan zk.Event
-			if g.err == nil && ours(g.v.data) {
-				ls.sid, watch = g.v.st.EphemeralOwner, g.v.ch
-			} else {
-				d, st, err := getNode(ctx, c, path)
-				switch {
-				case err == nil && ours(d):
-					ls.sid = st.EphemeralOwner
-				case err == nil || errors.Is(err, zk.ErrNoNode):
-					ls.sid = 0 // already gone: born lost
-				default:
-					l.addOrphan(ls.orphan())
-					return nil, err
-				}
-			}
-			ls.start(watch)
-			return ls, nil
+			// Another grant since ours: try again.
 		case errors.Is(r.err, zk.ErrNodeExists):
 			if !wait {
 				return nil, &driver.NotAcquiredError{}
 			}
-			var g result[nodeData]
-			select {
-			case g = <-gr:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			switch {
-			case g.err == nil:
-				select {
-				case <-g.v.ch: // released (or changed): try again
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			case errors.Is(g.err, zk.ErrNoNode): // released meanwhile
-			default:
-				if err := pause(); err != nil {
-					return nil, err
-				}
+			if err := basicAwaitRelease(ctx, gr, &bo); err != nil {
+				return nil, err
 			}
 		case errors.Is(r.err, zk.ErrNoNode):
 			if err := l.ensureParents(ctx, parent, false); err != nil {
@@ -145,12 +64,122 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 				return ls, err
 			}
 		case retryable(r.err):
-			if err := pause(); err != nil {
+			if err := bo.pause(ctx); err != nil {
 				return nil, err
 			}
 		default:
 			return nil, r.err
 		}
+	}
+}
+
+// basicSend sends the grant's multi (create our node, bump the parent's
+// data version) and, pipelined behind it, a read of the lock node with a
+// watch: ours when we won, the holder's when we did not.
+func (l *locker) basicSend(parent, path string, data []byte) (<-chan result[[]zk.MultiResponse], <-chan result[nodeData]) {
+	c := l.conn
+	mr := make(chan result[[]zk.MultiResponse], 1)
+	gr := make(chan result[nodeData], 1)
+	sent := make(chan struct{})
+	go func() {
+		close(sent)
+		r, err := c.Multi(
+			&zk.CreateRequest{Path: path, Data: data, Acl: l.cfg.acl, Flags: zk.FlagEphemeral},
+			&zk.SetDataRequest{Path: parent, Version: -1})
+		mr <- result[[]zk.MultiResponse]{r, err}
+	}()
+	<-sent
+	go func() {
+		d, st, ch, err := c.GetW(path)
+		gr <- result[nodeData]{nodeData{d, st, ch}, err}
+	}()
+	return mr, gr
+}
+
+// basicGranted turns the grant our multi made into a lease; st is the
+// parent's stat after the multi, gr the pipelined read of the node. It
+// returns neither a lease nor an error when the parent was written since
+// and the node is no longer ours.
+func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, gr <-chan result[nodeData], parent, path, guid string, sid int64) (driver.Lease, error) {
+	version, err := rebaseGuard(ctx, l.conn, parent, st.Version)
+	if errors.Is(err, zk.ErrBadVersion) {
+		// The parent was written since our grant: look at the node
+		// itself (ours, or another grant's).
+		return l.basicRecover(ctx, parent, path, guid, sid)
+	}
+	if err != nil {
+		l.addOrphan(orphan{path: path, parent: parent, guid: guid, basic: true})
+		return nil, err
+	}
+	ls := l.newLease(path, sid, st.Mzxid, true, version)
+	var g result[nodeData]
+	select {
+	case g = <-gr:
+	case <-ctx.Done():
+		l.cleanup(ctx, func(cctx context.Context) {
+			if err := basicDelete(cctx, l.conn, path, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+				l.addOrphan(ls.orphan())
+			}
+		})
+		return nil, ctx.Err()
+	}
+	var watch <-chan zk.Event
+	ls.sid, watch, err = l.basicOwner(ctx, g, path, guid)
+	if err != nil {
+		l.addOrphan(ls.orphan())
+		return nil, err
+	}
+	ls.start(watch)
+	return ls, nil
+}
+
+// basicOwner returns the session that owns our new node and a watch on it
+// (nil: the lease sets one). The owner is the session the multi ran in,
+// which may not be the one read before sending it, across a reconnection;
+// 0 when the node is already gone (the lease is born lost). g, the
+// pipelined read, normally sees our node; should it have gone out first,
+// the node is read again.
+func (l *locker) basicOwner(ctx context.Context, g result[nodeData], path, guid string) (int64, <-chan zk.Event, error) {
+	if g.err == nil && basicGrantOf(g.v.data, guid) {
+		return g.v.st.EphemeralOwner, g.v.ch, nil
+	}
+	d, st, err := getNode(ctx, l.conn, path)
+	switch {
+	case err == nil && basicGrantOf(d, guid):
+		return st.EphemeralOwner, nil, nil
+	case err == nil || errors.Is(err, zk.ErrNoNode):
+		return 0, nil, nil
+	default:
+		return 0, nil, err
+	}
+}
+
+// basicGrantOf reports whether data, a basic lock node's, is the grant of
+// the attempt guid.
+func basicGrantOf(data []byte, guid string) bool { return bytes.HasPrefix(data, []byte(guid+"\n")) }
+
+// basicAwaitRelease waits, after a create found the lock held, until the
+// holder's node changes or goes; gr is the pipelined read of it with a
+// watch.
+func basicAwaitRelease(ctx context.Context, gr <-chan result[nodeData], bo *backoff) error {
+	var g result[nodeData]
+	select {
+	case g = <-gr:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	switch {
+	case g.err == nil:
+		select {
+		case <-g.v.ch: // released (or changed): try again
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case errors.Is(g.err, zk.ErrNoNode): // released meanwhile
+		return nil
+	default:
+		return bo.pause(ctx)
 	}
 }
 
@@ -199,7 +228,7 @@ func (l *locker) basicFind(ctx context.Context, parent, path, guid string) (st *
 	if err != nil {
 		return nil, 0, err
 	}
-	if !bytes.HasPrefix(d, []byte(guid+"\n")) || st.EphemeralOwner != l.conn.SessionID() {
+	if !basicGrantOf(d, guid) || st.EphemeralOwner != l.conn.SessionID() {
 		return nil, 0, nil
 	}
 	version, err = rebaseGuard(ctx, l.conn, parent, pst.Version)
@@ -211,11 +240,11 @@ func (l *locker) basicFind(ctx context.Context, parent, path, guid string) (st *
 
 // basicAbandon cleans up after a cancelled acquire whose multi was in
 // flight, in the background (see cleanup).
-func (l *locker) basicAbandon(ctx context.Context, mr chan result[[]zk.MultiResponse], parent, path, guid string, sid int64) {
+func (l *locker) basicAbandon(ctx context.Context, mr <-chan result[[]zk.MultiResponse], parent, path, guid string, sid int64) {
 	l.cleanup(ctx, func(cctx context.Context) { l.basicCleanUp(cctx, mr, parent, path, guid, sid) })
 }
 
-func (l *locker) basicCleanUp(cctx context.Context, mr chan result[[]zk.MultiResponse], parent, path, guid string, sid int64) {
+func (l *locker) basicCleanUp(cctx context.Context, mr <-chan result[[]zk.MultiResponse], parent, path, guid string, sid int64) {
 	select {
 	case r := <-mr:
 		switch {

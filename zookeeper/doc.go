@@ -30,6 +30,28 @@
 //
 // OpenLocker uses a *zk.Conn that you opened (and that Close leaves open).
 //
+// # Keys
+//
+// The nodes of a lock name live under its parent, /prefix/<escaped name>:
+//
+//	/prefix                                           persistent, created on first use
+//	/prefix/<escaped name>                            the parent: a container node (fair) or persistent (basic)
+//	/prefix/<escaped name>/_c_<GUID>-lock-<sequence>  fair: one EPHEMERAL_SEQUENTIAL node per attempt; data: the owner
+//	/prefix/<escaped name>/lock                       basic: the one EPHEMERAL lock node; data: "<GUID>\n<owner>"
+//
+// Every grant also writes the parent (a setData in the create's multi),
+// so its mzxid and data version change with each grant; nothing is ever
+// written elsewhere. The server deletes a fair parent once it is empty;
+// a basic parent stays (one small node per name ever locked).
+//
+// A lock name becomes one znode name: '%', '/' and every code point
+// ZooKeeper refuses in a path (U+0000–U+001F, U+007F–U+009F,
+// U+D800–U+F8FF, U+FFF0 and above, which includes everything outside the
+// Basic Multilingual Plane) are percent-escaped byte by byte, and the names
+// "." and ".." become "%2E" and "%2E%2E". The mapping is injective, so
+// distinct names never share a lock, and any UTF-8 name up to dlock's 1024
+// bytes fits.
+//
 // # The fair recipe
 //
 // Each acquisition creates an EPHEMERAL_SEQUENTIAL child of
@@ -122,7 +144,18 @@
 // A waiter whose session expired is never granted: its node is gone, and it
 // queues again in the new session.
 //
-// # Fencing tokens
+// # Guarantees
+//
+// At most one session holds a name: every create and delete is committed
+// by a quorum of the ensemble before its reply, so a leader change loses
+// no grant. A lease lasts as long as its session's node, and Lease.Done
+// closes before the server may have expired the session (see Sessions and
+// leases); a process paused longer than that can still act on a lease that
+// has ended, which the fencing token, checked by the protected resource,
+// catches. The fair recipe grants in arrival order (Capabilities.Fair);
+// the basic recipe does not. A crashed holder's lock is free once its
+// session expires (Capabilities.ReleaseOnCrash, the negotiated session
+// timeout).
 //
 // Lease.Token is the czxid of the lock node: the zxid of the transaction
 // that created it. zxids are global to the ensemble and never go back, so
@@ -134,14 +167,4 @@
 // once they are empty: deleting a parent never resets a token. (The basic
 // recipe's parents are persistent because its release checks the parent's
 // data version, which a re-created node would start again at 0.)
-//
-// # Names
-//
-// A lock name becomes one znode name: '%', '/' and every code point
-// ZooKeeper refuses in a path (U+0000–U+001F, U+007F–U+009F,
-// U+D800–U+F8FF, U+FFF0 and above, which includes everything outside the
-// Basic Multilingual Plane) are percent-escaped byte by byte, and the names
-// "." and ".." become "%2E" and "%2E%2E". The mapping is injective, so
-// distinct names never share a lock, and any UTF-8 name up to dlock's 1024
-// bytes fits.
 package zookeeper

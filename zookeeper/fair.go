@@ -82,10 +82,10 @@ type attempt struct {
 	node    string // our node's path once known
 	name    string // its last element
 	seq     int64
-	sid     int64                // the session the node belongs to
-	unknown bool                 // a create may have been applied without a reply
-	czxid   int64                // our node's czxid (0: unknown)
-	pending chan result[created] // a create still in flight when ctx ended
+	sid     int64                  // the session the node belongs to
+	unknown bool                   // a create may have been applied without a reply
+	czxid   int64                  // our node's czxid (0: unknown)
+	pending <-chan result[created] // a create still in flight when ctx ended
 }
 
 // created is the outcome of the create.
@@ -95,15 +95,12 @@ type created struct {
 	alone bool // the parent had no other child right after the create
 }
 
-// view is a listing of the queue that contains our node.
+// view is where our node stands in the queue: from a listing that
+// contains it, or from the create's reply when it was alone.
 type view struct {
 	below []queued        // nodes ahead of ours, ascending
 	ch    <-chan zk.Event // the child watch the listing set
-	// listing, when set, is a pipelined listing not waited for: the create
-	// found our node alone, so it holds the lock; the listing's child
-	// watch becomes the lease's.
-	listing <-chan result[childList]
-	alone   bool
+	alone bool            // the create found our node alone: no listing
 }
 
 type childList struct {
@@ -148,51 +145,23 @@ func (a *attempt) setNode(path string, sid int64) {
 	_, a.seq, _ = parseChild(a.name)
 }
 
-// enqueue makes sure our node exists and returns a listing that contains
-// it. The create and the listing are pipelined: go-zookeeper sends one
-// connection's requests in order and the server answers a session's
-// requests in order, so a getChildren sent right after the create sees the
-// new node, at the cost of one round trip for both. Should the listing have
-// gone out first (two goroutines race to the send queue), the node is
-// missing from it and the listing is simply repeated.
+// enqueue makes sure our node exists and returns where it stands. An
+// uncontended attempt needs one round trip: the create's reply says
+// whether our node was alone, hence the lowest (see create). Otherwise
+// the queue is listed (getChildren with a watch), a second round trip that
+// a contended attempt mostly spends while it would wait anyway. (Sending
+// that getChildren along with every create, pipelined, was measured in the
+// same process, alternating with this: it made an uncontended
+// acquire+release 10–26% slower and a handoff between waiters no faster,
+// so it is not done.) When a create's reply was lost, the listing finds
+// our node by its GUID.
 func (a *attempt) enqueue(ctx context.Context) (view, error) {
 	l, c := a.l, a.l.conn
-	backoff := 10 * time.Millisecond
-	pause := func() error {
-		err := sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, time.Second)
-		return err
-	}
+	var bo backoff
 	for {
 		if a.node == "" && !a.unknown {
 			sid := c.SessionID()
-			cr := make(chan result[created], 1)
-			lr := make(chan result[childList], 1)
-			sent := make(chan struct{})
-			go func() {
-				if l.pipeline {
-					close(sent)
-				}
-				// A multi, so that the reply carries our czxid: the parent's
-				// mzxid after the setData of the same transaction.
-				r, err := c.Multi(
-					&zk.CreateRequest{Path: a.parent + "/" + childPrefix(a.guid), Data: a.data, Acl: l.cfg.acl, Flags: zk.FlagEphemeralSequential},
-					&zk.SetDataRequest{Path: a.parent, Version: -1})
-				if err != nil {
-					cr <- result[created]{err: err}
-					return
-				}
-				cr <- result[created]{v: created{path: r[0].String, czxid: r[1].Stat.Mzxid, alone: r[1].Stat.NumChildren == 1}}
-			}()
-			if l.pipeline {
-				<-sent
-				go func() {
-					k, st, ch, err := c.ChildrenW(a.parent)
-					lr <- result[childList]{childList{k, st, ch}, err}
-				}()
-			} else {
-				lr = nil
-			}
+			cr := a.create()
 			var r result[created]
 			select {
 			case r = <-cr:
@@ -214,21 +183,7 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 				if r.v.alone {
 					// No child but ours in the transaction that created it:
 					// ours is the lowest, and every later one is higher.
-					return view{listing: lr, alone: true}, nil
-				}
-				if lr == nil {
-					break // list below
-				}
-				select {
-				case lres := <-lr:
-					if lres.err == nil {
-						if v, ok := a.view(lres.v); ok {
-							return v, nil
-						}
-					}
-					l.relistings.Add(1)
-				case <-ctx.Done():
-					return view{}, ctx.Err()
+					return view{alone: true}, nil
 				}
 			case errors.Is(r.err, zk.ErrNoNode):
 				if err := l.ensureParents(ctx, a.parent, true); err != nil {
@@ -240,7 +195,7 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 				// lost. Our GUID finds the node in the listing below.
 				a.unknown, a.sid = true, sid
 			case retryable(r.err):
-				if err := pause(); err != nil {
+				if err := bo.pause(ctx); err != nil {
 					return view{}, err
 				}
 				continue
@@ -259,7 +214,7 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 			a.node, a.unknown = "", false // no parent: no node of ours either
 			continue
 		case errors.Is(err, zk.ErrConnectionClosed) || retryable(err):
-			if err := pause(); err != nil {
+			if err := bo.pause(ctx); err != nil {
 				return view{}, err
 			}
 			continue
@@ -290,6 +245,24 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 		}
 		a.node = "" // our node vanished: start again
 	}
+}
+
+// create sends the create of our node. It is a multi, so that the reply
+// carries our czxid (the parent's mzxid after the setData of the same
+// transaction) and the parent's child count right after the create.
+func (a *attempt) create() <-chan result[created] {
+	cr := make(chan result[created], 1)
+	go func() {
+		r, err := a.l.conn.Multi(
+			&zk.CreateRequest{Path: a.parent + "/" + childPrefix(a.guid), Data: a.data, Acl: a.l.cfg.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: a.parent, Version: -1})
+		if err != nil {
+			cr <- result[created]{err: err}
+			return
+		}
+		cr <- result[created]{v: created{path: r[0].String, czxid: r[1].Stat.Mzxid, alone: r[1].Stat.NumChildren == 1}}
+	}()
+	return cr
 }
 
 // sessionOf returns the session that owns the ephemeral node at path,
@@ -345,7 +318,7 @@ func (a *attempt) view(r childList) (view, bool) {
 // after a lost reply needs a getData for it.
 func (a *attempt) grantListed(ctx context.Context, v view) (driver.Lease, error) {
 	if a.czxid != 0 && v.alone {
-		return a.grantWatch(a.czxid, nil, v.listing)
+		return a.grant(a.czxid, nil)
 	}
 	if a.czxid != 0 && v.ch != nil {
 		return a.grant(a.czxid, v.ch)
@@ -362,18 +335,14 @@ func (a *attempt) grantListed(ctx context.Context, v view) (driver.Lease, error)
 }
 
 // grant turns our node into a lease; watch is a child watch on the parent
-// or a data watch on the node.
+// or a data watch on the node (nil: the lease sets one).
 func (a *attempt) grant(czxid int64, watch <-chan zk.Event) (driver.Lease, error) {
-	return a.grantWatch(czxid, watch, nil)
-}
-
-func (a *attempt) grantWatch(czxid int64, watch <-chan zk.Event, listing <-chan result[childList]) (driver.Lease, error) {
 	if a.l.conn.SessionID() != a.sid {
 		return nil, errRequeue // a waiter whose session expired is never granted
 	}
 	ls := a.l.newLease(a.node, a.sid, czxid, false, 0)
 	a.node = "" // the lease owns it now
-	ls.startListing(watch, listing)
+	ls.start(watch)
 	return ls, nil
 }
 
@@ -394,7 +363,7 @@ func (a *attempt) wait(ctx context.Context, below []queued) (driver.Lease, error
 	watched := make(map[string]<-chan zk.Event)
 	var own <-chan zk.Event
 	var czxid int64
-	backoff := 10 * time.Millisecond
+	var bo backoff
 	for {
 		if len(below) == 0 {
 			return a.grantWaited(ctx, czxid, own)
@@ -444,10 +413,9 @@ func (a *attempt) wait(ctx context.Context, below []queued) (driver.Lease, error
 			continue
 		}
 		if transient {
-			if err := sleepCtx(ctx, backoff); err != nil {
+			if err := bo.pause(ctx); err != nil {
 				return nil, err
 			}
-			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		var ppCh <-chan zk.Event
@@ -563,31 +531,6 @@ func (a *attempt) grantWaited(ctx context.Context, czxid int64, own <-chan zk.Ev
 		own, czxid = d.ch, d.st.Czxid
 	}
 	return a.grant(czxid, own)
-}
-
-// getWAll sends getData-with-watch for every path at once (pipelined) and
-// returns the results in order; the error is ctx's.
-func getWAll(ctx context.Context, c *zk.Conn, paths []string) ([]result[nodeData], error) {
-	out := make([]result[nodeData], len(paths))
-	if len(paths) == 0 {
-		return out, nil
-	}
-	done := make(chan struct{}, len(paths))
-	for i, p := range paths {
-		go func() {
-			d, st, ch, err := c.GetW(p)
-			out[i] = result[nodeData]{nodeData{data: d, st: st, ch: ch}, err}
-			done <- struct{}{}
-		}()
-	}
-	for range paths {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return out, nil
 }
 
 // abandon deletes what a failed or cancelled attempt left: its node, a

@@ -41,21 +41,17 @@ func (l *locker) newLease(path string, sid int64, token int64, basic bool, versi
 		version: version, lost: make(chan struct{}), stop: make(chan struct{})}
 }
 
-// start registers the lease with the session monitor and watches its node
-// (watch is a child watch on the parent or a data watch on the node; nil:
-// set one).
-func (ls *lease) start(watch <-chan zk.Event) { ls.startListing(watch, nil) }
-
 // lazyWatch is how long after an uncontended grant the lease's node watch
 // is set; a revocation within that time is noticed when it is set.
 const lazyWatch = time.Millisecond
 
-// startListing is start with the watch still to come from a pipelined
-// listing whose reply has not been waited for.
-func (ls *lease) startListing(watch <-chan zk.Event, listing <-chan result[childList]) {
+// start registers the lease with the session monitor and watches its node
+// (watch is a child watch on the parent or a data watch on the node; nil:
+// set one, lazyWatch later).
+func (ls *lease) start(watch <-chan zk.Event) {
 	ls.l.s.register(ls)
 	go func() {
-		if watch == nil && listing == nil {
+		if watch == nil {
 			// Set the watch a moment later: a lease released by then
 			// costs no watch request (and no notification at release).
 			t := time.NewTimer(lazyWatch)
@@ -66,18 +62,6 @@ func (ls *lease) startListing(watch <-chan zk.Event, listing <-chan result[child
 				return
 			case <-ls.lost:
 				t.Stop()
-				return
-			}
-		}
-		if listing != nil {
-			select {
-			case r := <-listing:
-				if r.err == nil {
-					watch = r.v.ch
-				}
-			case <-ls.stop:
-				return
-			case <-ls.lost:
 				return
 			}
 		}
