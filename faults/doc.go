@@ -13,11 +13,11 @@
 // ChildMain first in TestMain or main) on one lock name. Each loops:
 // acquire → write its fencing token to a fenced register → hold for a
 // random 0–2×TTL (with keep-alive) → write again → release. Each client
-// reaches its servers through its own in-process TCP proxy (toxiproxy,
-// in process) owned by the parent, so the parent can cut it off silently
-// (timeout toxic) or with resets (reset_peer), delay it (latency), or drop
-// the replies of its next request (a downstream timeout toxic added just
-// before it: the server acts, the client never hears).
+// reaches its servers through its own in-process TCP proxies (the
+// project's one proxy, internal/netproxy) owned by the parent, so the
+// parent can cut it off silently (bytes dropped both ways) or with resets
+// (RST as soon as it speaks), delay it (latency), or drop the replies of
+// its next request (the server acts, the client never hears).
 //
 // Clients report every call over a pipe before making it and when it
 // returns; the parent timestamps both on its own monotonic clock (a

@@ -1,16 +1,63 @@
 package zookeeper
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/netproxy"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
+
+// newProxy returns a TCP proxy to a real ZooKeeper server (every request
+// reaches it, and it answers), which reads what the client sends packet
+// by packet so that LoseReply can match one request.
+func newProxy(t testing.TB, target string) *netproxy.Proxy {
+	t.Helper()
+	p, err := netproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Frame(packets)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// packets cuts a ZooKeeper client's stream into packets: a 4-byte
+// big-endian length, then the body (xid, op, ...).
+func packets(data []byte, atEOF bool) (int, []byte, error) {
+	if len(data) >= 4 {
+		if n := 4 + int(binary.BigEndian.Uint32(data)); len(data) >= n {
+			return n, data[:n], nil
+		}
+	}
+	if atEOF && len(data) > 0 {
+		return 0, nil, io.ErrUnexpectedEOF
+	}
+	return 0, nil, nil
+}
+
+// createOf matches a create, create2 or multi request packet whose bytes
+// contain marker.
+func createOf(marker string) func(pkt []byte) bool {
+	return func(pkt []byte) bool {
+		if len(pkt) < 12 {
+			return false
+		}
+		switch op := int32(binary.BigEndian.Uint32(pkt[8:12])); op {
+		case 1, 14, 15: // create, multi, create2
+			return bytes.Contains(pkt[12:], []byte(marker))
+		}
+		return false
+	}
+}
 
 // driverOf returns the zookeeper driver under a Locker.
 func driverOf(l *dlock.Locker) *locker { return l.Driver().(*locker) }
@@ -21,7 +68,7 @@ func driverOf(l *dlock.Locker) *locker { return l.Driver().(*locker) }
 func TestLostCreateReply(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		px := newProxy(t, srv.Addr)
-		l := open(t, "zk://"+px.addr(), prefix, "recipe="+recipe)
+		l := open(t, "zk://"+px.Addr(), prefix, "recipe="+recipe)
 		ctx := testCtx(t, 30*time.Second)
 		// Make the parents exist first, so the lost request is the lock's own create.
 		warm, err := l.Acquire(ctx, "lostreply", nil)
@@ -31,13 +78,19 @@ func TestLostCreateReply(t *testing.T) {
 		_ = warm.Release(ctx)
 		dials := driverOf(l).s.tr.dials.Load()
 
-		px.dropCreateReply(escapeName("lostreply"))
+		lost := px.LoseReply(createOf(escapeName("lostreply")))
 		ls, err := l.Acquire(ctx, "lostreply", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if px.dropped.Load() != 1 || driverOf(l).s.tr.dials.Load() == dials {
-			t.Fatalf("the fault did not happen (dropped %d, dials %d→%d)", px.dropped.Load(), dials, driverOf(l).s.tr.dials.Load())
+		dropped := false
+		select {
+		case <-lost:
+			dropped = true
+		default:
+		}
+		if !dropped || driverOf(l).s.tr.dials.Load() == dials {
+			t.Fatalf("the fault did not happen (reply lost %v, dials %d→%d)", dropped, dials, driverOf(l).s.tr.dials.Load())
 		}
 		if r, s := driverOf(l).recovered.Load(), driverOf(l).strays.Load(); r != 1 || s != 0 {
 			t.Errorf("recovered by GUID %d times, %d stray nodes; want 1 and 0", r, s)
@@ -92,7 +145,7 @@ func TestSessionExpiryByPause(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		px := newProxy(t, srv.Addr)
 		const timeout = 2 * time.Second
-		l := open(t, "zk://"+px.addr(), prefix, "session_timeout=2s&recipe="+recipe)
+		l := open(t, "zk://"+px.Addr(), prefix, "session_timeout=2s&recipe="+recipe)
 		other := open(t, srv.URL, prefix, "recipe="+recipe)
 		ctx := testCtx(t, 60*time.Second)
 		if got := driverOf(l).s.sessionTimeout(); got != timeout {
@@ -109,7 +162,7 @@ func TestSessionExpiryByPause(t *testing.T) {
 		node := prefix + "/" + escapeName("e") + "/" + k[0]
 
 		paused := time.Now()
-		px.pause()
+		px.Pause()
 		granted := make(chan time.Time, 1)
 		go func() {
 			l2, err := other.Acquire(ctx, "e", nil)
@@ -145,7 +198,7 @@ func TestSessionExpiryByPause(t *testing.T) {
 			t.Errorf("another client was granted at %v, before the holder learned of the loss at %v", g, lost)
 		}
 		t.Logf("lease ended %v after the pause, the other client was granted %v after it", lost.Sub(paused), g.Sub(lost))
-		px.resume()
+		px.Resume()
 		// The old session is gone; the Locker works on in a new one.
 		ls2, err := l.Acquire(ctx, "e", nil)
 		if err != nil {
@@ -168,7 +221,7 @@ func TestSessionExpiryByPause(t *testing.T) {
 func TestLostLeaseNodeDeleted(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		px := newProxy(t, srv.Addr)
-		l := open(t, "zk://"+px.addr(), prefix, "session_timeout=4s&recipe="+recipe)
+		l := open(t, "zk://"+px.Addr(), prefix, "session_timeout=4s&recipe="+recipe)
 		ctx := testCtx(t, 60*time.Second)
 		d := driverOf(l)
 		d.s.testMargin.Store(int64(3 * time.Second)) // lost after 1s of silence
@@ -177,13 +230,13 @@ func TestLostLeaseNodeDeleted(t *testing.T) {
 			t.Fatal(err)
 		}
 		sid := d.conn.SessionID()
-		px.pause()
+		px.Pause()
 		select {
 		case <-ls.Done():
 		case <-time.After(3 * time.Second):
 			t.Fatal("lease not reported lost")
 		}
-		px.resume()
+		px.Resume()
 		// The session survives (the stall was shorter than 4s); the node
 		// must go without anyone calling Release.
 		other := open(t, srv.URL, prefix, "recipe="+recipe)
@@ -215,7 +268,7 @@ func TestCancelOnFrozenServer(t *testing.T) {
 		px := newProxy(t, srv.Addr)
 		ctx := testCtx(t, 60*time.Second)
 		holder := open(t, srv.URL, prefix, "recipe="+recipe)
-		w := open(t, "zk://"+px.addr(), prefix, "recipe="+recipe)
+		w := open(t, "zk://"+px.Addr(), prefix, "recipe="+recipe)
 		held, err := holder.Acquire(ctx, "frozen", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -229,7 +282,7 @@ func TestCancelOnFrozenServer(t *testing.T) {
 			var cancel context.CancelFunc
 			errc := make(chan error, 1)
 			if phase == "create in flight" {
-				px.pause()
+				px.Pause()
 				cctx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
 				go func() { _, err := w.Acquire(cctx, "frozen", nil); errc <- err }()
 			} else {
@@ -241,7 +294,7 @@ func TestCancelOnFrozenServer(t *testing.T) {
 					}
 					time.Sleep(2 * time.Millisecond)
 				}
-				px.pause()
+				px.Pause()
 			}
 			err := <-errc
 			dl, _ := cctx.Deadline()
@@ -254,7 +307,7 @@ func TestCancelOnFrozenServer(t *testing.T) {
 				t.Errorf("%s: Acquire returned %v after its ctx ended, want at most %v (the clean-up must not hold it)", phase, late, bound)
 			}
 			time.Sleep(300 * time.Millisecond) // frozen a while longer
-			px.resume()
+			px.Resume()
 			deadline := time.Now().Add(cleanupTimeout)
 			for {
 				k := kids(t, admin, prefix, "frozen")
