@@ -1,17 +1,9 @@
 package bench
 
 import (
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -282,66 +274,6 @@ func Finalize(rows []*Row, targets []Target) {
 	}
 }
 
-// WriteFiles writes report.json, report.csv and index.html into dir.
-func (rep *Report) WriteFiles(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "report.csv"))
-	if err != nil {
-		return err
-	}
-	if err := rep.WriteCSV(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	h, err := os.Create(filepath.Join(dir, "index.html"))
-	if err != nil {
-		return err
-	}
-	if err := rep.WriteHTML(h); err != nil {
-		h.Close()
-		return err
-	}
-	return h.Close()
-}
-
-var csvHeader = []string{"backend", "family", "kind", "workload", "label", "clients", "procs",
-	"p50_ns", "p99_ns", "p999_ns", "release_p50_ns", "release_p99_ns", "release_p999_ns",
-	"grants", "grants_per_sec", "ideal_grants_per_sec", "ratio_to_ideal",
-	"baseline_rtt_ns", "floor", "floor_ns", "ratio_to_floor", "ratio_to_rtt", "peer", "ratio_to_peer",
-	"handoff_p50_ns", "handoff_p99_ns", "jain", "max_wait_ns", "violations", "fencing_violations",
-	"failed_attempts_per_grant", "errors", "server_cmds_per_grant", "server_cpu_per_grant_ns", "skipped"}
-
-// WriteCSV writes one line per row.
-func (rep *Report) WriteCSV(w io.Writer) error {
-	cw := csv.NewWriter(w)
-	cw.Write(csvHeader)
-	i := func(v int64) string { return strconv.FormatInt(v, 10) }
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
-	for _, r := range rep.Rows {
-		cw.Write([]string{r.Backend, r.Family, r.Kind, r.Workload, r.Label, fmt.Sprint(r.Params["clients"]), strconv.Itoa(r.Procs),
-			i(r.P50), i(r.P99), i(r.P999), i(r.ReleaseP50), i(r.ReleaseP99), i(r.ReleaseP999),
-			u(r.Grants), f(r.GrantsPerSec), f(r.IdealGrantsPerSec), f(r.RatioToIdeal),
-			i(r.BaselineRTT), r.Floor, i(r.FloorNs), f(r.RatioToFloor), f(r.RatioToRTT), r.Peer, f(r.RatioToPeer),
-			i(r.HandoffP50), i(r.HandoffP99), f(r.Jain), i(r.MaxWait), u(r.Violations), u(r.FencingViolations),
-			f(r.FailedPerGrant), u(r.Errors), f(r.ServerCmdsPerGrant), f(r.ServerCPUPerGrantNs), r.Skipped})
-	}
-	cw.Flush()
-	return cw.Error()
-}
-
 // Labels returns the workload configurations of the rows, in run order.
 func (rep *Report) Labels() []string {
 	var out []string
@@ -353,127 +285,6 @@ func (rep *Report) Labels() []string {
 	return out
 }
 
-// dur formats nanoseconds compactly: 850ns, 41.2µs, 3.1ms, 1.20s.
-func dur(ns int64) string {
-	d := time.Duration(ns)
-	switch {
-	case ns <= 0:
-		return "-"
-	case d < time.Microsecond:
-		return fmt.Sprintf("%dns", ns)
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.1fµs", float64(ns)/1e3)
-	case d < time.Second:
-		return fmt.Sprintf("%.2fms", float64(ns)/1e6)
-	}
-	return fmt.Sprintf("%.2fs", d.Seconds())
-}
-
-func ratio(v float64) string {
-	if v <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("×%.2f", v)
-}
-
-func rate(v float64) string {
-	if v <= 0 {
-		return "-"
-	}
-	if v >= 1000 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func perGrant(v float64, unit string) string {
-	if v < 0 {
-		return "-"
-	}
-	if unit == "ns" {
-		return dur(int64(v))
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
-// WriteTable prints one table per workload configuration: targets as
-// rows, with the ratio columns.
-func (rep *Report) WriteTable(w io.Writer) {
-	for _, label := range rep.Labels() {
-		var rows []*Row
-		for _, r := range rep.Rows {
-			if r.Label == label {
-				rows = append(rows, r)
-			}
-		}
-		kind := rows[0].Workload
-		fmt.Fprintf(w, "\n== %s  (%s)\n", label, paramLine(rows[0].Params))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		var head []string
-		var cells func(r *Row) []string
-		viol := func(r *Row) string {
-			if r.Kind == KindFloor || r.Kind == KindRTT {
-				return "-"
-			}
-			return fmt.Sprintf("%d/%d", r.Violations, r.FencingViolations)
-		}
-		switch kind {
-		case Uncontended:
-			head = []string{"acq p50", "acq p99", "acq p99.9", "rel p50", "use p50", "×floor", "×rtt", "×peer", "grants/s", "cmds/grant", "cpu/grant", "viol"}
-			cells = func(r *Row) []string {
-				return []string{dur(r.P50), dur(r.P99), dur(r.P999), dur(r.ReleaseP50), dur(r.useNs()),
-					ratio(r.RatioToFloor), ratio(r.RatioToRTT), peerCell(r), rate(r.GrantsPerSec),
-					perGrant(r.ServerCmdsPerGrant, ""), perGrant(r.ServerCPUPerGrantNs, "ns"), viol(r)}
-			}
-		case ManyKeys:
-			head = []string{"grants/s", "rate×peer", "acq p50", "acq p99", "acq p99.9", "rel p50", "failed/grant", "cmds/grant", "cpu/grant", "viol"}
-			cells = func(r *Row) []string {
-				return []string{rate(r.GrantsPerSec), peerCell(r), dur(r.P50), dur(r.P99), dur(r.P999), dur(r.ReleaseP50),
-					perGrant(r.FailedPerGrant, ""), perGrant(r.ServerCmdsPerGrant, ""), perGrant(r.ServerCPUPerGrantNs, "ns"), viol(r)}
-			}
-		case Handoff, Fairness:
-			head = []string{"grants/s", "ideal/s", "×ideal", "rate×peer", "handoff p50", "handoff p99", "acq p99", "max wait", "jain", "failed/grant", "cmds/grant", "viol"}
-			cells = func(r *Row) []string {
-				return []string{rate(r.GrantsPerSec), rate(r.IdealGrantsPerSec), ratio(r.RatioToIdeal), peerCell(r),
-					dur(r.HandoffP50), dur(r.HandoffP99), dur(r.P99), dur(r.MaxWait), fmt.Sprintf("%.3f", r.Jain),
-					perGrant(r.FailedPerGrant, ""), perGrant(r.ServerCmdsPerGrant, ""), viol(r)}
-			}
-		case OpenLoop:
-			head = []string{"offered/s", "grants/s", "lat p50", "lat p99", "lat p99.9", "max", "rel p50", "viol"}
-			cells = func(r *Row) []string {
-				return []string{rate(toFloat(r.Params["rate_per_sec"])), rate(r.GrantsPerSec), dur(r.P50), dur(r.P99), dur(r.P999),
-					dur(r.MaxWait), dur(r.ReleaseP50), viol(r)}
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t\n", "target", strings.Join(head, "\t"))
-		// Skipped rows go after the aligned block: a line with fewer cells
-		// would end tabwriter's column block in the middle of the table.
-		var skipped []*Row
-		for _, r := range rows {
-			name := r.Backend
-			if r.Skipped != "" {
-				skipped = append(skipped, r)
-				continue
-			}
-			if r.Errors > 0 {
-				name += fmt.Sprintf(" (%d errors)", r.Errors)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t\n", name, strings.Join(cells(r), "\t"))
-		}
-		tw.Flush()
-		for _, r := range skipped {
-			fmt.Fprintf(w, "  %s skipped: %s\n", r.Backend, r.Skipped)
-		}
-	}
-}
-
-func peerCell(r *Row) string {
-	if r.Peer == "" || r.Kind == KindPeer && r.RatioToPeer == 0 {
-		return "-"
-	}
-	return ratio(r.RatioToPeer)
-}
-
 func toFloat(v any) float64 {
 	switch x := v.(type) {
 	case float64:
@@ -482,15 +293,4 @@ func toFloat(v any) float64 {
 		return float64(x)
 	}
 	return 0
-}
-
-func paramLine(p map[string]any) string {
-	keys := []string{"clients", "names", "hold", "work", "duration", "load"}
-	var parts []string
-	for _, k := range keys {
-		if v, ok := p[k]; ok {
-			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
-		}
-	}
-	return strings.Join(parts, " ")
 }

@@ -1,29 +1,25 @@
 package conformance
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/childproc"
 )
 
-// The cross-process cases re-execute the test binary. The child finds its
-// role in the environment; the first Run, Check or Evaluate it reaches
-// plays the role and exits the process.
+// The cross-process cases re-execute the test binary (internal/childproc).
+// The child finds its role in the environment; the first Run, Check or
+// Evaluate it reaches plays the role and exits the process.
 //
-// Protocol: the child writes lines on file descriptor 3, the parent
-// writes commands on the child's stdin.
+// Protocol, one line at a time:
 //
 //	child → parent: "acquired TOKEN", "write TOKEN", "done lost|other|timeout ERR",
 //	                "watching", "pause lost|held|none DETAIL", "error MSG"
@@ -39,7 +35,7 @@ func needCrossProcess(c *caseT) string {
 	switch {
 	case c.h.URL() == "":
 		return "the harness has no URL a child process can open"
-	case !signalsSupported:
+	case !childproc.Signals:
 		return "process signals (SIGKILL, SIGSTOP) are not available on this system"
 	case flag.Lookup("test.run") == nil || c.cfg.childTest == "":
 		return "not running under go test: the child processes re-execute the test binary"
@@ -48,18 +44,11 @@ func needCrossProcess(c *caseT) string {
 }
 
 // childMain plays a child's role when the process is one, and exits.
-func childMain() {
-	role := os.Getenv(envChild)
-	if role == "" {
-		return
-	}
-	os.Exit(runChild(role))
-}
+func childMain() { childproc.Serve(envChild, runChild) }
 
-func runChild(role string) int {
-	out := os.NewFile(3, "conformance-parent")
+func runChild(_ string, parent *childproc.Parent) int {
 	say := func(format string, args ...any) {
-		fmt.Fprintf(out, format+"\n", args...)
+		_ = parent.Send(fmt.Sprintf(format, args...))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -83,9 +72,12 @@ func runChild(role string) int {
 	}
 	say("acquired %d", ls.Token())
 	pauses := make(chan string, 1)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		cmd, arg, _ := strings.Cut(in.Text(), " ")
+	for {
+		line, err := parent.Recv()
+		if err != nil {
+			return 0
+		}
+		cmd, arg, _ := strings.Cut(line, " ")
 		switch cmd {
 		case "write":
 			say("write %d", ls.Token())
@@ -115,7 +107,6 @@ func runChild(role string) int {
 			return 0
 		}
 	}
-	return 0
 }
 
 // watchPause spins, reading the clock, until it sees a gap of over 20ms
@@ -161,108 +152,35 @@ func watchPause(ls *dlock.Lease, ttl time.Duration, out chan<- string) {
 	}
 }
 
-// child is a child process seen from the parent.
-type child struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	stdin  *os.File
-	output *lockedBuffer
-	waited chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() > 64<<10 {
-		return len(p), nil
-	}
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // spawn starts a child process that opens the harness URL and acquires
-// name.
-func (c *caseT) spawn(name string) *child {
-	exe, err := os.Executable()
+// name; the case's clean-up kills it.
+func (c *caseT) spawn(name string) *childproc.Child {
+	ch, err := childproc.Start(childproc.Spec{
+		Name:    "the child process",
+		RoleEnv: envChild, Role: "hold",
+		Env:  []string{envURL + "=" + c.h.URL(), envName + "=" + name, envTTL + "=" + c.ttl().String()},
+		Args: []string{"-test.run=^" + regexp.QuoteMeta(c.cfg.childTest) + "$", "-test.count=1", "-test.timeout=5m"},
+	})
 	if err != nil {
-		exe = os.Args[0]
-	}
-	cmd := exec.Command(exe, "-test.run=^"+regexp.QuoteMeta(c.cfg.childTest)+"$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(),
-		envChild+"=hold", envURL+"="+c.h.URL(), envName+"="+name, envTTL+"="+c.ttl().String())
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		c.Fatalf("pipe: %v", err)
-	}
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		c.Fatalf("pipe: %v", err)
-	}
-	ch := &child{cmd: cmd, lines: make(chan string, 16), stdin: inW, output: &lockedBuffer{}, waited: make(chan struct{})}
-	cmd.ExtraFiles = []*os.File{outW}
-	cmd.Stdin = inR
-	cmd.Stdout, cmd.Stderr = ch.output, ch.output
-	if err := cmd.Start(); err != nil {
 		c.Fatalf("starting a child process: %v", err)
 	}
-	outW.Close()
-	inR.Close()
-	go func() {
-		defer close(ch.lines)
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			ch.lines <- sc.Text()
-		}
-		outR.Close()
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(ch.waited)
-	}()
-	c.Cleanup(func() {
-		_ = resumeProcess(cmd.Process)
-		_ = cmd.Process.Kill()
-		<-ch.waited
-		inW.Close()
-	})
+	c.Cleanup(ch.Close)
 	return ch
 }
 
 // expect returns the rest of the child's next line, which must start with
 // word, or ends the case.
-func (c *caseT) expect(ch *child, word string, d time.Duration) string {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case line, ok := <-ch.lines:
-		if !ok {
-			<-ch.waited
-			c.Fatalf("the child process ended before saying %q (%v); its output:\n%s", word, ch.cmd.ProcessState, ch.output)
-		}
-		rest, found := strings.CutPrefix(line, word+" ")
-		if !found {
-			c.Fatalf("the child process said %q, want %q; its output:\n%s", line, word, ch.output)
-		}
-		return rest
-	case <-t.C:
-		c.Fatalf("the child process did not say %q within %v; its output:\n%s", word, d, ch.output)
+func (c *caseT) expect(ch *childproc.Child, word string, d time.Duration) string {
+	rest, err := ch.Expect(word, d)
+	if err != nil {
+		c.Fatalf("%v", err)
 	}
-	return ""
+	return rest
 }
 
-func (c *caseT) tell(ch *child, line string) {
-	if _, err := fmt.Fprintln(ch.stdin, line); err != nil {
-		c.Fatalf("writing to the child process: %v", err)
+func (c *caseT) tell(ch *childproc.Child, line string) {
+	if err := ch.Send(line); err != nil {
+		c.Fatalf("%v", err)
 	}
 }
 
@@ -286,10 +204,10 @@ func caseCrossProcessCrash(c *caseT) {
 	c.expectHeld(p, name, "while a child process holds it")
 	bound := c.crashBound() + c.expiryNotice()
 	killed := time.Now()
-	if err := ch.cmd.Process.Kill(); err != nil {
+	if err := ch.Kill(); err != nil {
 		c.Fatalf("SIGKILL of the child: %v", err)
 	}
-	<-ch.waited
+	<-ch.Exited()
 	ctx, cancel := c.withTimeout(bound + 5*time.Second)
 	defer cancel()
 	ls, err := p.Acquire(ctx, name, c.opts())
@@ -337,13 +255,13 @@ func casePausedHolderFenced(c *caseT) {
 		c.tell(ch, "watch-pause")
 		c.expect(ch, "watching", 10*time.Second)
 	}
-	if err := pauseProcess(ch.cmd.Process); err != nil {
+	if err := ch.Stop(); err != nil {
 		c.Fatalf("SIGSTOP of the child: %v", err)
 	}
 	stopped := true
 	defer func() {
 		if stopped {
-			_ = resumeProcess(ch.cmd.Process)
+			_ = ch.Cont()
 		}
 	}()
 	if c.caps.SessionBound && c.caps.ReleaseOnCrash <= 0 {
@@ -364,7 +282,7 @@ func casePausedHolderFenced(c *caseT) {
 	if err := reg.Write(tok2, "parent"); err != nil {
 		c.Errorf("the new holder's write was rejected: %v", err)
 	}
-	if err := resumeProcess(ch.cmd.Process); err != nil {
+	if err := ch.Cont(); err != nil {
 		c.Fatalf("SIGCONT of the child: %v", err)
 	}
 	stopped = false

@@ -1,18 +1,17 @@
 package faults
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/childproc"
 )
 
 // Environment of a client process. The parent sets them; the client's own
@@ -26,7 +25,7 @@ const (
 )
 
 // msg is one line of the protocol between a client process and the parent
-// (JSON, one per line; the client writes on fd 3 and reads on fd 4).
+// (JSON, one per line, over internal/childproc's channel).
 //
 // Client to parent:
 //   - call: about to call op (acquire, release); the client waits for go
@@ -87,52 +86,33 @@ func errKind(err error) string {
 // client process; then it runs the client loop and exits. Call it first in
 // TestMain (or main) of every binary that calls Run.
 func ChildMain() {
-	if os.Getenv(envChild) == "" {
-		return
-	}
-	err := runChild()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faults client:", err)
-		os.Exit(2)
-	}
-	os.Exit(0)
+	childproc.Serve(envChild, func(id string, parent *childproc.Parent) int {
+		if err := runChild(id, &childConn{parent}); err != nil {
+			fmt.Fprintln(os.Stderr, "faults client:", err)
+			return 2
+		}
+		return 0
+	})
 }
 
-type childConn struct {
-	mu  sync.Mutex
-	enc *json.Encoder
-	in  *bufio.Scanner
-}
+type childConn struct{ parent *childproc.Parent }
 
-func (c *childConn) send(m msg) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.enc.Encode(m)
-}
+func (c *childConn) send(m msg) error { return c.parent.SendJSON(m) }
 
 // ask sends m and reads the parent's answer (only the main loop asks).
 func (c *childConn) ask(m msg) (msg, error) {
 	if err := c.send(m); err != nil {
 		return msg{}, err
 	}
-	if !c.in.Scan() {
-		if err := c.in.Err(); err != nil {
-			return msg{}, err
-		}
-		return msg{}, errors.New("parent closed the pipe")
-	}
 	var r msg
-	err := json.Unmarshal(c.in.Bytes(), &r)
+	err := c.parent.RecvJSON(&r)
+	if errors.Is(err, io.EOF) {
+		err = errors.New("parent closed the pipe")
+	}
 	return r, err
 }
 
-func runChild() error {
-	out := os.NewFile(3, "events")
-	in := os.NewFile(4, "replies")
-	if out == nil || in == nil {
-		return errors.New("fds 3 and 4 are not open")
-	}
-	c := &childConn{enc: json.NewEncoder(out), in: bufio.NewScanner(in)}
+func runChild(idEnv string, c *childConn) error {
 	ttl, err := time.ParseDuration(os.Getenv(envTTL))
 	if err != nil {
 		return fmt.Errorf("bad %s: %w", envTTL, err)
@@ -141,7 +121,7 @@ func runChild() error {
 	if err != nil {
 		return fmt.Errorf("bad %s: %w", envTimeout, err)
 	}
-	id, _ := strconv.Atoi(os.Getenv(envChild))
+	id, _ := strconv.Atoi(idEnv)
 	name := os.Getenv(envName)
 
 	ctx := context.Background()

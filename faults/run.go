@@ -1,24 +1,21 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"runtime"
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/childproc"
 )
 
 // Target is a running backend that a run's clients use.
@@ -69,11 +66,8 @@ func (c *Config) acquireTimeout() time.Duration { return max(2*time.Second, 4*c.
 // client is one client process and its proxies.
 type client struct {
 	id   int
-	cmd  *exec.Cmd
+	proc *childproc.Child
 	px   *Proxies
-	out  io.WriteCloser // fd 4 of the client
-	enc  *json.Encoder
-	exit chan struct{} // closed when the process was reaped
 
 	// guarded by run.mu
 	pending map[string]int // op -> index in hist.Ops of its open call
@@ -206,25 +200,6 @@ func (r *run) event(e Event) {
 	r.hist.Events = append(r.hist.Events, e)
 }
 
-// spawner starts processes from one OS thread that never exits, so that
-// the parent-death signal fires only when this process dies.
-var spawner = sync.OnceValue(func() chan func() {
-	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread()
-		for f := range ch {
-			f()
-		}
-	}()
-	return ch
-})
-
-func startOnSpawner(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	spawner() <- func() { errc <- cmd.Start() }
-	return <-errc
-}
-
 // spawn starts one more client process.
 func (r *run) spawn() error {
 	r.mu.Lock()
@@ -237,46 +212,24 @@ func (r *run) spawn() error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	proc, err := childproc.Start(childproc.Spec{
+		Name:    fmt.Sprintf("client %d", id),
+		RoleEnv: envChild, Role: strconv.Itoa(id),
+		Env: []string{
+			envURL + "=" + px.Rewrite(r.cfg.Target.URL, r.cfg.Target.Upstreams),
+			envName + "=" + r.cfg.Name,
+			envTTL + "=" + r.cfg.TTL.String(),
+			envTimeout + "=" + r.cfg.acquireTimeout().String(),
+		},
+		OutputMax:     4096,
+		DieWithParent: true,
+	})
 	if err != nil {
 		px.Close()
-		return fmt.Errorf("faults: %w", err)
-	}
-	evR, evW, err := os.Pipe()
-	if err != nil {
-		px.Close()
-		return fmt.Errorf("faults: %w", err)
-	}
-	repR, repW, err := os.Pipe()
-	if err != nil {
-		px.Close()
-		evR.Close()
-		evW.Close()
-		return fmt.Errorf("faults: %w", err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(),
-		envChild+"="+strconv.Itoa(id),
-		envURL+"="+px.Rewrite(r.cfg.Target.URL, r.cfg.Target.Upstreams),
-		envName+"="+r.cfg.Name,
-		envTTL+"="+r.cfg.TTL.String(),
-		envTimeout+"="+r.cfg.acquireTimeout().String(),
-	)
-	cmd.ExtraFiles = []*os.File{evW, repR}
-	cmd.Stderr = &tailWriter{max: 4096}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = startOnSpawner(cmd)
-	evW.Close()
-	repR.Close()
-	if err != nil {
-		px.Close()
-		evR.Close()
-		repW.Close()
 		return fmt.Errorf("faults: start client: %w", err)
 	}
 	c := &client{
-		id: id, cmd: cmd, px: px, out: repW, enc: json.NewEncoder(repW),
-		exit:    make(chan struct{}),
+		id: id, proc: proc, px: px,
 		pending: make(map[string]int),
 		leases:  make(map[int]*LeaseRec),
 	}
@@ -286,26 +239,27 @@ func (r *run) spawn() error {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.serve(c, evR)
-		evR.Close()
-		if err := cmd.Wait(); err != nil && cmd.ProcessState != nil && cmd.ProcessState.Exited() {
-			r.logf("%s/%s: client %d exited: %v: %s", r.cfg.Target.Backend, r.faultName(), id,
-				err, cmd.Stderr.(*tailWriter).String())
+		r.serve(c)
+		var exit *exec.ExitError
+		if err := proc.Wait(0); errors.As(err, &exit) && exit.Exited() {
+			r.logf("%s/%s: client %d exited: %v: %s", r.cfg.Target.Backend, r.faultName(), id, err, proc.Output())
 		}
-		close(c.exit)
 		r.exited(c)
 		px.Close()
-		repW.Close()
+		proc.Close()
 	}()
 	return nil
 }
 
-// serve reads a client's lines until its end of the pipe closes.
-func (r *run) serve(c *client, in io.Reader) {
-	sc := bufio.NewScanner(in)
-	for sc.Scan() {
+// serve reads a client's lines until it ends.
+func (r *run) serve(c *client) {
+	for {
+		line, err := c.proc.Next(0)
+		if err != nil {
+			return
+		}
 		var m msg
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			continue
 		}
 		now := r.now()
@@ -324,7 +278,7 @@ func (r *run) serve(c *client, in io.Reader) {
 }
 
 func (r *run) reply(c *client, m msg) {
-	_ = c.enc.Encode(m) // a dead client's pipe fails; nothing to do
+	_ = c.proc.SendJSON(m) // a dead client's pipe fails; nothing to do
 }
 
 func (r *run) call(c *client, m msg, now int64) {
@@ -457,7 +411,7 @@ func (r *run) shutdown() {
 	r.mu.Unlock()
 	close(r.stop)
 	for _, c := range cs {
-		_ = c.cmd.Process.Kill()
+		_ = c.proc.Kill()
 	}
 	r.wg.Wait()
 	r.mu.Lock()
@@ -470,29 +424,6 @@ func (r *run) faultName() string {
 		return "none"
 	}
 	return r.cfg.Fault.Name
-}
-
-// tailWriter keeps the last max bytes written (a client's stderr).
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if len(w.b) > w.max {
-		w.b = w.b[len(w.b)-w.max:]
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
 }
 
 // Injection is what a fault sees of the run it is injected into.
@@ -579,7 +510,7 @@ func (x *Injection) Kill(id int, fault string) error {
 	}
 	c.cur = nil
 	x.r.mu.Unlock()
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.proc.Kill(); err != nil {
 		return fmt.Errorf("faults: kill client %d: %w", id, err)
 	}
 	return x.r.spawn()
@@ -601,7 +532,7 @@ func (x *Injection) PauseDuring(ctx context.Context, id int, detail, fault strin
 		return err
 	}
 	x.holderEvent(c, Event{Fault: fault, Detail: detail}, true)
-	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := c.proc.Stop(); err != nil {
 		return fmt.Errorf("faults: stop client %d: %w", id, err)
 	}
 	x.r.mu.Lock()
@@ -612,7 +543,7 @@ func (x *Injection) PauseDuring(ctx context.Context, id int, detail, fault strin
 	c.paused = false
 	x.r.mu.Unlock()
 	x.r.event(Event{Fault: fault, Client: id, Detail: "SIGCONT"})
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := c.proc.Cont(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return errors.Join(derr, fmt.Errorf("faults: continue client %d: %w", id, err))
 	}
 	return derr

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/childproc"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -157,27 +156,10 @@ func jobCommand() []string {
 // dlockProc is one running dlock.
 type dlockProc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
-	stdout *syncBuffer
+	stderr *childproc.Buffer
+	stdout *childproc.Buffer
 	done   chan struct{}
 	code   int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startDlock starts dlock with args and env (nil: this process's own,
@@ -195,7 +177,7 @@ func startDlock(t *testing.T, ctx context.Context, env []string, args ...string)
 	// COMMAND inherits dlock's output pipes: when dlock dies without it,
 	// Wait must not wait for COMMAND to close them.
 	cmd.WaitDelay = 2 * time.Second
-	p := &dlockProc{cmd: cmd, stderr: new(syncBuffer), stdout: new(syncBuffer), done: make(chan struct{})}
+	p := &dlockProc{cmd: cmd, stderr: new(childproc.Buffer), stdout: new(childproc.Buffer), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start dlock: %v", err)

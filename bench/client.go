@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Client is one lock user: its own connection or session, used by one
+// goroutine at a time.
+type Client interface {
+	// Acquire blocks until name is held or ctx ends.
+	Acquire(ctx context.Context, name string) (Held, error)
+	// FailedAttempts is the number of attempts so far that found the lock
+	// taken and had to retry (0 for implementations that queue natively).
+	FailedAttempts() uint64
+	Close() error
+}
+
+// Held is a granted lock.
+type Held interface {
+	// Token is the fencing token, 0 when the implementation has none.
+	Token() uint64
+	Release(ctx context.Context) error
+}
+
+// opener makes a client for a target.
+type opener func(ctx context.Context, t Target) (Client, error)
+
+// openers maps Target.Impl to its constructor for peers, floors and RTT.
+var openers = implementations()
+
+// Open connects one client of t.
+func Open(ctx context.Context, t Target) (Client, error) {
+	if t.Kind == KindDlock {
+		return openDlock(ctx, t)
+	}
+	op := openers[t.Impl]
+	if op == nil {
+		return nil, fmt.Errorf("bench: unknown implementation %q for target %s", t.Impl, t.Name)
+	}
+	return op(ctx, t)
+}
+
+// fencing reports whether c's tokens must strictly increase across
+// holders of a name: true for dlock backends whose Capabilities say so.
+func fencing(c Client) bool {
+	f, ok := c.(interface{ Fencing() bool })
+	return ok && f.Fencing()
+}
+
+// dlockClient is a *dlock.Locker of its own: a separate client of the
+// backend, as a separate process would have.
+type dlockClient struct {
+	l    *dlock.Locker
+	cnt  *countingDriver
+	opts *dlock.AcquireOptions
+}
+
+func openDlock(ctx context.Context, t Target) (Client, error) {
+	l0, err := dlock.Open(ctx, t.URL)
+	if err != nil {
+		return nil, err
+	}
+	cd := &countingDriver{Locker: l0.Driver()}
+	// The driver is re-wrapped so that failed attempts can be counted; the
+	// optional interfaces the portable layer looks for are kept.
+	var drv driver.Locker = cd
+	b, isB := l0.Driver().(driver.Blocker)
+	w, isW := l0.Driver().(driver.Watcher)
+	switch {
+	case isB && isW:
+		drv = struct {
+			*countingDriver
+			driver.Blocker
+			driver.Watcher
+		}{cd, b, w}
+	case isB:
+		drv = struct {
+			*countingDriver
+			driver.Blocker
+		}{cd, b}
+	case isW:
+		drv = struct {
+			*countingDriver
+			driver.Watcher
+		}{cd, w}
+	}
+	return &dlockClient{
+		l:    dlock.NewLocker(drv),
+		cnt:  cd,
+		opts: &dlock.AcquireOptions{TTL: LeaseTTL},
+	}, nil
+}
+
+func (c *dlockClient) Acquire(ctx context.Context, name string) (Held, error) {
+	ls, err := c.l.Acquire(ctx, name, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	return lease{ls}, nil
+}
+
+func (c *dlockClient) Fencing() bool          { return c.l.Capabilities().Fencing }
+func (c *dlockClient) FailedAttempts() uint64 { return c.cnt.failed.Load() }
+func (c *dlockClient) Close() error           { return c.l.Close() }
+
+type lease struct{ *dlock.Lease }
+
+func (l lease) Release(ctx context.Context) error { return l.Lease.Release(ctx) }
+
+// countingDriver counts the TryAcquire calls that found the lock taken.
+type countingDriver struct {
+	driver.Locker
+	failed atomic.Uint64
+}
+
+func (c *countingDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	l, err := c.Locker.TryAcquire(ctx, req)
+	if errors.Is(err, driver.ErrNotAcquired) {
+		c.failed.Add(1)
+	}
+	return l, err
+}
+
+// noToken is a Held without a fencing token.
+type noToken struct {
+	release func(ctx context.Context) error
+}
+
+func (n noToken) Token() uint64                     { return 0 }
+func (n noToken) Release(ctx context.Context) error { return n.release(ctx) }
+
+// retryClient turns a one-attempt acquire (a floor) into a blocking one
+// with a short fixed pause; floors only run uncontended, where the first
+// attempt succeeds.
+type retryClient struct {
+	try    func(ctx context.Context, name string) (Held, bool, error)
+	close  func() error
+	failed atomic.Uint64
+}
+
+func (c *retryClient) Acquire(ctx context.Context, name string) (Held, error) {
+	for {
+		h, ok, err := c.try(ctx, name)
+		if err != nil || ok {
+			return h, err
+		}
+		c.failed.Add(1)
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *retryClient) FailedAttempts() uint64 { return c.failed.Load() }
+func (c *retryClient) Close() error           { return c.close() }

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Result is a whole run of one target on one workload, all parts merged.
+type Result struct {
+	Target   Target
+	Workload Workload
+	Acquire  *hdrhistogram.Histogram
+	Release  *hdrhistogram.Histogram
+	Handoff  *hdrhistogram.Histogram
+	Grants   []uint64
+	Errors   uint64
+	LastErr  string
+	Failed   uint64
+	MaxWait  int64
+	Elapsed  time.Duration
+	// Exclusion and Fencing count mutual-exclusion and fencing violations.
+	Exclusion, Fencing uint64
+	// Server is the server's work during the measured time.
+	Server ServerDelta
+	Procs  int
+}
+
+// Runner runs targets on workloads, in this process or, with Procs > 1,
+// in child processes that re-execute this program.
+type Runner struct {
+	// Procs is the number of client processes (0 or 1: goroutines here).
+	Procs int
+	// Exe and Args re-execute this program as a child (see ChildMain);
+	// Exe defaults to os.Executable().
+	Exe  string
+	Args []string
+	// Stderr receives the children's stderr.
+	Stderr io.Writer
+
+	id  string
+	seq int
+}
+
+// Run measures t on w. sample, if not nil, reads the server's counters
+// before and after the measured time.
+func (r *Runner) Run(ctx context.Context, t Target, w Workload, sample func(context.Context) ServerSample) (*Result, error) {
+	if r.id == "" {
+		r.id = fmt.Sprintf("%04x", rand.Uint32()&0xffff)
+	}
+	r.seq++
+	base := Part{Target: t, Workload: w, Prefix: fmt.Sprintf("dlockbench-%s-%d", r.id, r.seq), Seed: rand.Uint64()}
+	procs := min(max(r.Procs, 1), w.Clients)
+	if t.InProcessOnly {
+		procs = 1
+	}
+	var before, after ServerSample
+	takeBefore := func() {
+		if sample != nil {
+			before = sample(ctx)
+		}
+	}
+	takeAfter := func() {
+		if sample != nil {
+			after = sample(ctx)
+		}
+	}
+	var (
+		results []*PartResult
+		chk     *Checker
+		err     error
+	)
+	if procs == 1 {
+		chk = NewChecker(w.Names)
+		start := make(chan struct{})
+		p := base
+		p.Count = w.Clients
+		var res *PartResult
+		res, err = runPart(ctx, p, chk, hooks{
+			ready:   func() { takeBefore(); close(start) },
+			start:   start,
+			stopped: takeAfter,
+		})
+		results = []*PartResult{res}
+	} else {
+		if chk, err = NewSharedChecker(shmDir(), w.Names); err != nil {
+			return nil, err
+		}
+		defer chk.Close(true)
+		results, err = r.runChildren(ctx, base, procs, chk.Path(), takeBefore, takeAfter)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Target: t, Workload: w, Acquire: newHist(), Release: newHist(), Handoff: newHist(), Procs: procs}
+	for _, pr := range results {
+		for _, pair := range []struct {
+			dst *hdrhistogram.Histogram
+			enc string
+		}{{res.Acquire, pr.Acquire}, {res.Release, pr.Release}, {res.Handoff, pr.Handoff}} {
+			h, err := hdrhistogram.Decode([]byte(pair.enc))
+			if err != nil {
+				return nil, fmt.Errorf("bench: decode histogram: %w", err)
+			}
+			pair.dst.Merge(h)
+		}
+		res.Grants = append(res.Grants, pr.Grants...)
+		res.Errors += pr.Errors
+		if pr.LastError != "" {
+			res.LastErr = pr.LastError
+		}
+		res.Failed += pr.Failed
+		res.MaxWait = max(res.MaxWait, pr.MaxWait)
+		res.Elapsed = max(res.Elapsed, time.Duration(pr.Elapsed))
+	}
+	res.Exclusion, res.Fencing = chk.Violations()
+	if sample != nil {
+		res.Server = after.Sub(before)
+	}
+	return res, nil
+}
+
+// shmDir is where shared checker files go: memory-backed when possible.
+func shmDir() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
