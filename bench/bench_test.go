@@ -17,6 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	registerTestOpeners()
 	if d, err := time.ParseDuration(os.Getenv("DLOCKBENCH_TEST_STOP_GRACE")); err == nil {
 		stopGrace = d // for the child processes of TestRunProcsReportsStuckClients
 	}
@@ -38,7 +39,10 @@ type unsafeHeld struct{}
 func (unsafeHeld) Token() uint64                     { return 7 }
 func (unsafeHeld) Release(ctx context.Context) error { return nil }
 
-func init() {
+// registerTestOpeners adds the test-only implementations to openers;
+// TestMain calls it first, as the -procs tests' child processes (this
+// binary, re-executed) need them too.
+func registerTestOpeners() {
 	openers["test-unsafe"] = func(ctx context.Context, t Target) (Client, error) { return unsafeLock{}, nil }
 	openers["test-stuck"] = func(ctx context.Context, t Target) (Client, error) { return stuckLock{}, nil }
 }

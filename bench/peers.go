@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -14,17 +15,14 @@ import (
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/go-zookeeper/zk"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/floor"
 )
 
 // The peers: other Go lock libraries, run through the same workloads on
 // the same servers. Each is used as its documentation shows, with its
 // defaults, except where a default cannot take part in a workload (said
-// in PeerNotes).
-func init() {
-	openers["redsync"] = openRedsync
-	openers["redislock"] = openRedislock
-	openers["zk.Lock"] = openZKLock
-}
+// in PeerNotes). They are listed in implementations (floors.go).
 
 // PeerNotes says how each peer is configured.
 var PeerNotes = map[string]string{
@@ -155,9 +153,9 @@ type zkLockClient struct {
 }
 
 func openZKLock(ctx context.Context, t Target) (Client, error) {
-	conn, err := zkConnect(t)
+	conn, err := floor.DialZooKeeper(ctx, t.URL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: %s: %w", t.Name, err)
 	}
 	return &zkLockClient{conn: conn}, nil
 }

@@ -3,10 +3,10 @@ package conformance
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/stats"
 )
 
 // opts returns the suite's default acquire options: the base TTL with
@@ -119,14 +119,8 @@ func (c *caseT) sleep(d time.Duration) {
 	}
 }
 
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
+// median is the one median of the project's measurements (0 for none).
+var median = stats.Median
 
 // crashBound is the backend's stated bound from a holder's death to the
 // lock being free.

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/rand"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,78 +11,30 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/floor"
+	"github.com/dlock-go/dlock/internal/stats"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
-// floorRelease is the hand-written floor's compare-and-delete.
-var floorRelease = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // BenchmarkUncontended measures one Acquire+Release of a free lock on a
-// single server against the hand-written floor: one SET NX PX and one
-// EVALSHA compare-and-delete on one connection. The two alternate in one
-// loop, so that both see the same machine load; the metrics are the
-// medians of each and their ratio (target: ratio <= 1.3).
+// single server against the hand-written floor (internal/floor): one SET
+// NX PX and one EVALSHA compare-and-delete on one connection. The two
+// alternate in one loop, so that both see the same machine load; the
+// metrics are the medians of each and their ratio (target: ratio <= 1.3).
 func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
 	srv := testenv.Redis(b)
-	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr, DisableIdentity: true})
-	defer raw.Close()
-	conn := raw.Conn()
-	defer conn.Close()
-	if err := floorRelease.Load(ctx, conn).Err(); err != nil {
+	f, err := floor.Open(ctx, srv.URL, "", nil)
+	if err != nil {
 		b.Fatal(err)
 	}
+	defer f.Close()
 	l, err := dlock.Open(ctx, srv.URL)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	name := "bench/uncontended/" + rand.Text()
-	floorKey := "floor:" + name
-	// Warm up both paths (connections, script cache, subscription).
-	for range 100 {
-		ls, err := l.Acquire(ctx, name, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = ls.Release(ctx)
-	}
-	floor := make([]time.Duration, 0, b.N)
-	ours := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		v := rand.Text()
-		ok, err := conn.SetNX(ctx, floorKey, v, 30*time.Second).Result()
-		if err != nil || !ok {
-			b.Fatal("floor SET NX", ok, err)
-		}
-		if n, err := floorRelease.Run(ctx, conn, []string{floorKey}, v).Int(); err != nil || n != 1 {
-			b.Fatal("floor release", n, err)
-		}
-		t1 := time.Now()
-		ls, err := l.Acquire(ctx, name, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		floor = append(floor, t1.Sub(t0))
-		ours = append(ours, t2.Sub(t1))
-	}
-	b.StopTimer()
-	f, o := median(floor), median(ours)
-	b.ReportMetric(float64(f.Nanoseconds())/1e3, "floor-p50-µs")
-	b.ReportMetric(float64(o.Nanoseconds())/1e3, "dlock-p50-µs")
-	b.ReportMetric(float64(o)/float64(f), "ratio")
+	floor.Uncontended(b, l, f)
 }
 
 // BenchmarkHandoff measures contended hand-off on a single server: 8
@@ -166,28 +117,27 @@ func benchHandoff(b *testing.B, workers int, work time.Duration, open func(srv *
 	const hold = time.Millisecond
 	ctx := context.Background()
 	srv := testenv.Redis(b)
-	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr, DisableIdentity: true})
-	defer raw.Close()
-	pings := make([]time.Duration, 1000)
-	for i := range pings {
-		t0 := time.Now()
-		if err := raw.Ping(ctx).Err(); err != nil {
-			b.Fatal(err)
-		}
-		pings[i] = time.Since(t0)
+	ping, err := floor.OpenRTT(ctx, srv.URL)
+	if err != nil {
+		b.Fatal(err)
 	}
-	rtt := median(pings)
+	defer ping.Close()
+	rtt, err := ping.Median(ctx, 1000)
+	if err != nil {
+		b.Fatal(err)
+	}
 	// The same round trip after 1ms of idleness, as the hand-off's
 	// messages travel (a diagnostic: CPUs that idled answer later).
-	for i := range pings[:200] {
+	cold := make([]time.Duration, 200)
+	for i := range cold {
 		time.Sleep(hold)
 		t0 := time.Now()
-		if err := raw.Ping(ctx).Err(); err != nil {
+		if err := ping.RoundTrip(ctx); err != nil {
 			b.Fatal(err)
 		}
-		pings[i] = time.Since(t0)
+		cold[i] = time.Since(t0)
 	}
-	coldRTT := median(pings[:200])
+	coldRTT := stats.Median(cold)
 	name := "bench/handoff/" + rand.Text()
 	acquire := make([]func(ctx context.Context) (func(), error), workers)
 	for i := range acquire {
@@ -232,11 +182,11 @@ func benchHandoff(b *testing.B, workers int, work time.Duration, open func(srv *
 		return
 	}
 	perSec := float64(b.N) / elapsed.Seconds()
-	held := median(holds)
+	held := stats.Median(holds)
 	b.ReportMetric(perSec, "grants/s")
-	b.ReportMetric(float64(rtt.Nanoseconds())/1e3, "rtt-µs")
-	b.ReportMetric(float64(coldRTT.Nanoseconds())/1e3, "cold-rtt-µs")
-	b.ReportMetric(float64(held.Nanoseconds())/1e3, "hold-µs")
+	b.ReportMetric(stats.Micros(rtt), "rtt-µs")
+	b.ReportMetric(stats.Micros(coldRTT), "cold-rtt-µs")
+	b.ReportMetric(stats.Micros(held), "hold-µs")
 	b.ReportMetric(perSec*(held+rtt).Seconds(), "ratio")
 	b.ReportMetric(perSec*(hold+rtt).Seconds(), "ratio-nominal")
 }

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/floor"
+	"github.com/dlock-go/dlock/internal/stats"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -32,45 +33,38 @@ func syncName(forceSync bool) string {
 	return "forceSync=no"
 }
 
-func p50(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
 // BenchmarkUncontended: one client acquires and releases a free lock, with
-// dlock's fair recipe (fair: the default, one multi that creates the node
-// and tells whether it is alone; piped: the same with a getChildren sent
-// along with every create), its basic recipe and go-zookeeper's zk.Lock
-// (create, getChildren, delete), the four interleaved in each iteration so
-// that they see the same server and the same machine noise. Reported: the
-// p50 of each (µs) and the ratios to zk.Lock's p50. ns/op is the sum of
-// the four.
+// dlock's fair recipe (one multi that creates the node and tells whether
+// it is alone), its basic recipe, go-zookeeper's zk.Lock
+// (create, getChildren, delete) and the hand-written floor of
+// internal/floor (create an ephemeral node, delete it), the four
+// interleaved in each iteration so that they see the same server and the
+// same machine noise. Reported: the p50 of each (µs), the ratios to
+// zk.Lock's p50 and fair/floor. ns/op is the sum of the four.
 func BenchmarkUncontended(b *testing.B) {
 	for _, fs := range syncModes() {
 		srv := testenv.NewZooKeeper(b, &testenv.ZKOptions{ForceSync: fs})
 		b.Run(syncName(fs), func(b *testing.B) {
 			prefix := testPrefix(b)
 			fair := open(b, srv.URL, prefix, "")
-			piped := open(b, srv.URL, prefix+"-piped", "")
-			driverOf(piped).pipeline = true
 			basic := open(b, srv.URL, prefix+"-basic", "recipe=basic")
 			conn := adminConn(b, srv.Addr)
 			zl := zk.NewLock(conn, prefix+"-zklock/u", zk.WorldACL(zk.PermAll))
 			ctx := testCtx(b, 10*time.Minute)
-			opFair, opPiped, opBasic := acquireRelease(ctx, fair), acquireRelease(ctx, piped), acquireRelease(ctx, basic)
+			fl, err := floor.Open(ctx, srv.URL, "", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fl.Close()
+			opFloor := func() error { return fl.Cycle(ctx, prefix+"-floor") }
+			opFair, opBasic := acquireRelease(ctx, fair), acquireRelease(ctx, basic)
 			opZK := func() error {
 				if err := zl.Lock(); err != nil {
 					return err
 				}
 				return zl.Unlock()
 			}
-			ops := []func() error{opFair, opBasic, opZK, opPiped}
+			ops := []func() error{opFair, opBasic, opZK, opFloor}
 			times := make([][]time.Duration, len(ops))
 			for _, op := range ops { // parents exist, JIT warm
 				for range 20 {
@@ -79,7 +73,6 @@ func BenchmarkUncontended(b *testing.B) {
 					}
 				}
 			}
-			missed := driverOf(fair).relistings.Load()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for j, op := range ops {
@@ -91,15 +84,14 @@ func BenchmarkUncontended(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			f, ba, z, pp := p50(times[0]), p50(times[1]), p50(times[2]), p50(times[3])
-			b.ReportMetric(micros(pp), "piped-p50-µs")
-			b.ReportMetric(float64(pp)/float64(z), "piped/zklock")
-			b.ReportMetric(micros(f), "fair-p50-µs")
-			b.ReportMetric(micros(ba), "basic-p50-µs")
-			b.ReportMetric(micros(z), "zklock-p50-µs")
+			f, ba, z, fp := stats.Median(times[0]), stats.Median(times[1]), stats.Median(times[2]), stats.Median(times[3])
+			b.ReportMetric(stats.Micros(f), "fair-p50-µs")
+			b.ReportMetric(stats.Micros(ba), "basic-p50-µs")
+			b.ReportMetric(stats.Micros(z), "zklock-p50-µs")
+			b.ReportMetric(stats.Micros(fp), "floor-p50-µs")
+			b.ReportMetric(float64(f)/float64(fp), "fair/floor")
 			b.ReportMetric(float64(f)/float64(z), "fair/zklock")
 			b.ReportMetric(float64(ba)/float64(z), "basic/zklock")
-			b.ReportMetric(float64(driverOf(fair).relistings.Load()-missed)/float64(b.N), "relists/op")
 		})
 	}
 }
@@ -113,22 +105,6 @@ func acquireRelease(ctx context.Context, l *dlock.Locker) func() error {
 		}
 		return ls.Release(ctx)
 	}
-}
-
-// writeRTT is the median of n setData round trips on conn.
-func writeRTT(b *testing.B, conn *zk.Conn, path string, n int) time.Duration {
-	if _, err := conn.Create(path, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
-		b.Fatal(err)
-	}
-	ds := make([]time.Duration, 0, n)
-	for range n {
-		t0 := time.Now()
-		if _, err := conn.Set(path, nil, -1); err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t0))
-	}
-	return p50(ds)
 }
 
 // BenchmarkHandoff: 8 clients (8 sessions) contend for one lock; each holds
@@ -156,8 +132,19 @@ func BenchmarkHandoff(b *testing.B) {
 		srv := testenv.NewZooKeeper(b, &testenv.ZKOptions{ForceSync: fs})
 		b.Run(syncName(fs), func(b *testing.B) {
 			prefix := testPrefix(b)
-			admin := adminConn(b, srv.Addr)
 			ctx := testCtx(b, 30*time.Minute)
+			write, err := floor.OpenWriteRTT(ctx, srv.URL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer write.Close()
+			writeRTT := func() time.Duration {
+				rtt, err := write.Median(ctx, 300)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return rtt
+			}
 			type cycle func() (release func() error, err error)
 			clients := make(map[string][]cycle)
 			var fairLockers []*dlock.Locker
@@ -218,7 +205,7 @@ func BenchmarkHandoff(b *testing.B) {
 				wg.Wait()
 				return time.Since(start), time.Duration(held.Load())
 			}
-			rtt1 := writeRTT(b, admin, prefix+"-rtt", 300)
+			rtt1 := writeRTT()
 			elapsed := make([]time.Duration, len(impls))
 			held := make([]time.Duration, len(impls))
 			var fast0 int64
@@ -235,15 +222,15 @@ func BenchmarkHandoff(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			rtt := (rtt1 + writeRTT(b, admin, prefix+"-rtt", 300)) / 2
-			b.ReportMetric(micros(rtt), "write-rtt-µs")
+			rtt := (rtt1 + writeRTT()) / 2
+			b.ReportMetric(stats.Micros(rtt), "write-rtt-µs")
 			rates := make([]float64, len(impls))
 			for i, impl := range impls {
 				rates[i] = float64(b.N) / elapsed[i].Seconds()
 				realHold := held[i] / time.Duration(b.N)
 				b.ReportMetric(rates[i], impl+"-grants/s")
 				b.ReportMetric(rates[i]*(hold+rtt).Seconds(), impl+"-ratio")
-				b.ReportMetric(micros(realHold), impl+"-hold-µs")
+				b.ReportMetric(stats.Micros(realHold), impl+"-hold-µs")
 				b.ReportMetric(rates[i]*(realHold+rtt).Seconds(), impl+"-ratio-real-hold")
 			}
 			b.ReportMetric(rates[0]/rates[2], "fair/zklock")

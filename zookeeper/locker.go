@@ -110,11 +110,6 @@ type locker struct {
 	fastGrants  atomic.Int64 // waiters granted on the predecessor's deletion event
 	waitRelists atomic.Int64 // waiters that listed again on it
 
-	// Vestiges of the removed pipelined listing, still named by
-	// bench_test.go: they do nothing. Delete them with its piped case.
-	pipeline   bool
-	relistings atomic.Int64
-
 	jmu     sync.Mutex
 	orphans []orphan      // nodes to delete in the background
 	jwake   chan struct{} // cap 1

@@ -3,62 +3,14 @@ package sqltest
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/floor"
+	"github.com/dlock-go/dlock/internal/stats"
 )
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-// Uncontended measures one Acquire+Release of a free lock on l against
-// floor, a hand-written lock and unlock on one connection, alternating
-// the two in one loop so that both see the same load. It reports both
-// medians and their ratio (target: ratio <= 1.3).
-func Uncontended(b *testing.B, l *dlock.Locker, floor func(ctx context.Context) error) {
-	ctx := context.Background()
-	name := fmt.Sprintf("bench/uncontended/%d", time.Now().UnixNano())
-	for range 200 { // warm up: connections, prepared statements, the row
-		if err := floor(ctx); err != nil {
-			b.Fatal(err)
-		}
-		ls, err := l.Acquire(ctx, name, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = ls.Release(ctx)
-	}
-	floors := make([]time.Duration, 0, b.N)
-	ours := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := floor(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		ls, err := l.Acquire(ctx, name, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		floors = append(floors, t1.Sub(t0))
-		ours = append(ours, time.Since(t1))
-	}
-	b.StopTimer()
-	mf, mo := median(floors), median(ours)
-	b.ReportMetric(float64(mo.Microseconds()), "p50-µs")
-	b.ReportMetric(float64(mf.Microseconds()), "floor-p50-µs")
-	b.ReportMetric(float64(mo)/float64(mf), "ratio")
-}
 
 // Contended runs 8 workers on one name, each holding the lock for 1ms and
 // waiting 2ms between holds, and reports the grants per second and their
@@ -120,45 +72,50 @@ func Contended(b *testing.B, open func() *dlock.Locker, rtt time.Duration) {
 	rate := float64(grants) / el.Seconds()
 	avgHold := held / time.Duration(grants)
 	b.ReportMetric(rate, "grants/s")
-	b.ReportMetric(float64(rtt.Microseconds()), "rtt-µs")
-	b.ReportMetric(float64(avgHold.Microseconds()), "hold-µs")
+	b.ReportMetric(stats.Micros(rtt), "rtt-µs")
+	b.ReportMetric(stats.Micros(avgHold), "hold-µs")
 	// The hand-off: the time per grant beyond the hold itself.
-	b.ReportMetric(float64((el/time.Duration(grants) - avgHold).Microseconds()), "handoff-µs")
+	b.ReportMetric(stats.Micros(el/time.Duration(grants)-avgHold), "handoff-µs")
 	// ratio to 1/(hold + rtt) with the nominal hold, and with the hold
 	// as it was actually slept.
 	b.ReportMetric(rate*(hold+rtt).Seconds(), "ratio-nominal")
 	b.ReportMetric(rate*(avgHold+rtt).Seconds(), "ratio")
 }
 
-// RTT returns the median of n calls of one round trip.
-func RTT(b *testing.B, n int, roundTrip func(ctx context.Context) error) time.Duration {
-	ds := make([]time.Duration, n)
-	for i := range ds {
-		t0 := time.Now()
-		if err := roundTrip(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		ds[i] = time.Since(t0)
-	}
-	return median(ds)
-}
-
-// BenchUncontended runs Uncontended for each strategy in floors, on
-// Lockers opened from rawURL with that strategy.
-func BenchUncontended(b *testing.B, rawURL string, strategies []string, floors map[string]func(ctx context.Context) error) {
+// BenchUncontended runs floor.Uncontended for each strategy: a Locker
+// opened from rawURL with that strategy against the floor of the same
+// name on the same server.
+func BenchUncontended(b *testing.B, rawURL string, strategies []string) {
 	for _, s := range strategies {
 		b.Run(s, func(b *testing.B) {
-			Uncontended(b, Open(b, context.Background(), WithParams(rawURL, "strategy", s)), floors[s])
+			ctx := context.Background()
+			f, err := floor.Open(ctx, rawURL, s, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			floor.Uncontended(b, Open(b, ctx, WithParams(rawURL, "strategy", s)), f)
 		})
 	}
 }
 
-// BenchContended runs Contended for each strategy.
-func BenchContended(b *testing.B, rawURL string, strategies []string, rtt time.Duration) {
+// BenchContended runs Contended for each strategy, rtt being the median
+// of 1000 raw round trips (floor.OpenRTT) to the server of rawURL.
+func BenchContended(b *testing.B, rawURL string, strategies []string) {
+	ctx := context.Background()
+	r, err := floor.OpenRTT(ctx, rawURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rtt, err := r.Median(ctx, 1000)
+	r.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, s := range strategies {
 		b.Run(s, func(b *testing.B) {
 			Contended(b, func() *dlock.Locker {
-				return Open(b, context.Background(), WithParams(rawURL, "strategy", s))
+				return Open(b, ctx, WithParams(rawURL, "strategy", s))
 			}, rtt)
 		})
 	}

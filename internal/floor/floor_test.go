@@ -1,0 +1,203 @@
+package floor
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+// cases are every floor: its server, whether it expires on the server's
+// clock (else it holds until freed or until its connection ends), and
+// whether freeing a lock twice is reported (a second COMMIT is not).
+var cases = []struct {
+	backend, strategy string
+	server            func(testing.TB) *testenv.Server
+	expires, twice    bool
+}{
+	{"redis", "", testenv.Redis, true, true},
+	{"zookeeper", "", testenv.ZooKeeper, false, true},
+	{"postgres", "forupdate", testenv.Postgres, false, false},
+	{"postgres", "version", testenv.Postgres, true, true},
+	{"postgres", "advisory", testenv.Postgres, false, true},
+	{"mysql", "forupdate", testenv.MySQL, false, false},
+	{"mysql", "version", testenv.MySQL, true, true},
+	{"mysql", "getlock", testenv.MySQL, false, true},
+}
+
+func open(t *testing.T, rawURL, strategy string, opts *Options) *Lock {
+	t.Helper()
+	l, err := Open(testenv.Context(t, 30*time.Second), rawURL, strategy, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// A floor grants one holder, refuses a second at once, and grants again
+// once freed; a holder that is gone frees it, by its lease's end or by
+// its connection's.
+func TestFloors(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.backend+"/"+c.strategy, func(t *testing.T) {
+			if About(c.backend, c.strategy) == "" {
+				t.Fatalf("About(%q, %q) is empty", c.backend, c.strategy)
+			}
+			srv := c.server(t)
+			ctx := testenv.Context(t, time.Minute)
+			ttl := 500 * time.Millisecond
+			a := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
+			b := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
+			name := "floor/test/" + rand.Text()
+
+			relA, ok, err := a.TryAcquire(ctx, name)
+			if err != nil || !ok {
+				t.Fatalf("first holder: ok=%v, %v", ok, err)
+			}
+			t0 := time.Now()
+			if _, ok, err := b.TryAcquire(ctx, name); err != nil || ok {
+				t.Fatalf("second holder while held: ok=%v, %v; want refused", ok, err)
+			}
+			if d := time.Since(t0); d > ttl/2 {
+				t.Errorf("a refusal took %v: it waited", d)
+			}
+			if err := relA(ctx); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			if c.twice {
+				if err := relA(ctx); !errors.Is(err, ErrNotHeld) {
+					t.Errorf("second release = %v; want ErrNotHeld", err)
+				}
+			}
+			if err := b.Cycle(ctx, name); err != nil {
+				t.Fatalf("after the release: %v", err)
+			}
+
+			// A holder that never frees the lock.
+			gone := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
+			relGone, ok, err := gone.TryAcquire(ctx, name)
+			if err != nil || !ok {
+				t.Fatalf("holder: ok=%v, %v", ok, err)
+			}
+			if _, ok, err := b.TryAcquire(ctx, name); err != nil || ok {
+				t.Fatalf("second holder while held: ok=%v, %v; want refused", ok, err)
+			}
+			if c.expires {
+				time.Sleep(ttl + 100*time.Millisecond)
+			} else {
+				if err := gone.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			var relB func(context.Context) error
+			for {
+				if relB, ok, err = b.TryAcquire(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the lock of a holder that is gone was not freed within 5s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if c.expires {
+				// The expired holder's release must not free its successor's lock.
+				if err := relGone(ctx); !errors.Is(err, ErrNotHeld) {
+					t.Errorf("release of an expired lease = %v; want ErrNotHeld", err)
+				}
+				if _, ok, err := a.TryAcquire(ctx, name); err != nil || ok {
+					t.Fatalf("after an expired holder's release: ok=%v, %v; want the successor's lock kept", ok, err)
+				}
+			}
+			if err := relB(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestRTT(t *testing.T) {
+	servers := map[string]func(testing.TB) *testenv.Server{
+		"redis": testenv.Redis, "zookeeper": testenv.ZooKeeper, "postgres": testenv.Postgres, "mysql": testenv.MySQL,
+	}
+	for backend, server := range servers {
+		t.Run(backend, func(t *testing.T) {
+			srv := server(t)
+			ctx := testenv.Context(t, 30*time.Second)
+			r, err := OpenRTT(ctx, srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if m, err := r.Median(ctx, 5); err != nil || m <= 0 {
+				t.Fatalf("Median = %v, %v", m, err)
+			}
+			w, err := OpenWriteRTT(ctx, srv.URL)
+			if backend != "zookeeper" {
+				if err == nil {
+					w.Close()
+					t.Fatal("OpenWriteRTT: no error off ZooKeeper")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if m, err := w.Median(ctx, 5); err != nil || m <= 0 {
+				t.Fatalf("write Median = %v, %v", m, err)
+			}
+		})
+	}
+}
+
+func TestOpenRejects(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	for _, c := range []struct{ url, strategy string }{
+		{"mem://", ""},
+		{"redis://127.0.0.1:1/0", "version"},
+		{"postgres://u@127.0.0.1:1/db", "getlock"},
+		{"mysql://u@127.0.0.1:1/db", "advisory"},
+	} {
+		if l, err := Open(ctx, c.url, c.strategy, nil); err == nil {
+			l.Close()
+			t.Errorf("Open(%q, %q): no error", c.url, c.strategy)
+		}
+	}
+}
+
+// A connection error does not quote the password.
+func TestErrorsHideThePassword(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	for _, u := range []string{"postgres://u:s3cretpw@127.0.0.1:1/db?connect_timeout=1", "mysql://u:s3cretpw@127.0.0.1:1/db", "redis://:s3cretpw@127.0.0.1:1/0%zz"} {
+		_, err := DialSQL(ctx, u)
+		if _, e := OpenRTT(ctx, u); err == nil {
+			err = e
+		}
+		if err == nil {
+			t.Fatalf("%s: no error", u)
+		}
+		if s := err.Error(); contains(s, "s3cretpw") {
+			t.Errorf("error quotes the password: %s", s)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,44 @@
+// Package stats holds the few statistics the benchmarks and the
+// conformance suite share. It imports nothing but the standard library:
+// the public conformance package depends on it.
+package stats
+
+import (
+	"slices"
+	"time"
+)
+
+// Median returns the middle of ds (the upper middle for an even count),
+// 0 for none. ds is not changed.
+func Median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// Sample times n calls of f, one after the other; it stops at f's first
+// error.
+func Sample(n int, f func() error) ([]time.Duration, error) {
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return ds, err
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	return ds, nil
+}
+
+// MedianOf is the Median of Sample(n, f).
+func MedianOf(n int, f func() error) (time.Duration, error) {
+	ds, err := Sample(n, f)
+	return Median(ds), err
+}
+
+// Micros is d in microseconds, with its fraction: the unit of the
+// benchmarks' "-µs" metrics.
+func Micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

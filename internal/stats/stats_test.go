@@ -1,0 +1,59 @@
+package stats
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]time.Duration{3}, 3},
+		{[]time.Duration{5, 1, 3}, 3},
+		{[]time.Duration{4, 1, 3, 2}, 3}, // the upper middle
+	} {
+		in := append([]time.Duration(nil), c.in...)
+		if got := Median(c.in); got != c.want {
+			t.Errorf("Median(%v) = %v; want %v", in, got, c.want)
+		}
+		for i := range in {
+			if in[i] != c.in[i] {
+				t.Fatalf("Median changed its argument: %v, was %v", c.in, in)
+			}
+		}
+	}
+}
+
+func TestSampleStopsAtTheFirstError(t *testing.T) {
+	boom := errors.New("boom")
+	calls := 0
+	ds, err := Sample(5, func() error {
+		calls++
+		if calls == 3 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || len(ds) != 2 || calls != 3 {
+		t.Fatalf("Sample = %d durations, %v after %d calls; want 2, boom, 3", len(ds), err, calls)
+	}
+	ds, err = Sample(4, func() error { time.Sleep(time.Millisecond); return nil })
+	if err != nil || len(ds) != 4 {
+		t.Fatalf("Sample = %d durations, %v; want 4, nil", len(ds), err)
+	}
+	for _, d := range ds {
+		if d < time.Millisecond {
+			t.Fatalf("a call of 1ms was timed %v", d)
+		}
+	}
+}
+
+func TestMicros(t *testing.T) {
+	if got := Micros(1500 * time.Nanosecond); got != 1.5 {
+		t.Fatalf("Micros(1.5µs) = %v", got)
+	}
+}
