@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/dlock-go/dlock/internal/sqllock"
 )
 
@@ -215,25 +213,4 @@ func (c *conn) Release(discard bool) {
 		c.p.mu.Unlock()
 	}
 	_ = c.c.Close()
-}
-
-// classify maps MySQL's and MariaDB's errors to the core's kinds: 1205
-// (lock wait timeout, and NOWAIT on MariaDB), 3572 (NOWAIT on MySQL 8)
-// and 1213 (deadlock); errors that are not server errors (I/O, context,
-// invalid connection) and the "killed"/"server gone" ones break the
-// connection.
-func classify(err error) sqllock.Kind {
-	var me *gomysql.MySQLError
-	if !errors.As(err, &me) {
-		return sqllock.KindBroken
-	}
-	switch me.Number {
-	case 1205, 3572:
-		return sqllock.KindBusy
-	case 1213:
-		return sqllock.KindDeadlock
-	case 1053, 1317, 1927, 2006, 2013, 4031:
-		return sqllock.KindBroken
-	}
-	return sqllock.KindOther
 }

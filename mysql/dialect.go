@@ -3,8 +3,11 @@ package mysql
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock/internal/sqllock"
 )
@@ -20,25 +23,41 @@ import (
 // inside a forupdate transaction stalled concurrent acquirers under load.)
 type dialect struct{}
 
-type stmts = []sqllock.Stmt
-
-func st(sql string, args ...any) sqllock.Stmt { return sqllock.Stmt{SQL: sql, Args: args} }
-
-func (*dialect) Backend() string                 { return "mysql" }
-func (*dialect) NativeStrategy() string          { return "getlock" }
-func (*dialect) Quote(ident string) string       { return "`" + ident + "`" }
-func (*dialect) MaxIdent() int                   { return 64 }
-func (*dialect) Placeholder(int) string          { return "?" }
-func (*dialect) Classify(err error) sqllock.Kind { return classify(err) }
+func (dialect) Backend() string           { return "mysql" }
+func (dialect) NativeStrategy() string    { return "getlock" }
+func (dialect) Quote(ident string) string { return "`" + ident + "`" }
+func (dialect) MaxIdent() int             { return 64 }
+func (dialect) Placeholder(int) string    { return "?" }
 
 // ValidateName accepts every name: the column is VARBINARY(1024).
-func (*dialect) ValidateName(string) error { return nil }
+func (dialect) ValidateName(string) error { return nil }
+
+// Classify maps MySQL's and MariaDB's errors to the core's kinds: 1205
+// (lock wait timeout, and NOWAIT on MariaDB), 3572 (NOWAIT on MySQL 8)
+// and 1213 (deadlock); errors that are not server errors (I/O, context,
+// invalid connection) and the "killed"/"server gone" ones break the
+// connection.
+func (dialect) Classify(err error) sqllock.Kind {
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) {
+		return sqllock.KindBroken
+	}
+	switch me.Number {
+	case 1205, 3572:
+		return sqllock.KindBusy
+	case 1213:
+		return sqllock.KindDeadlock
+	case 1053, 1317, 1927, 2006, 2013, 4031:
+		return sqllock.KindBroken
+	}
+	return sqllock.KindOther
+}
 
 // Migrate creates the table and the counter when information_schema
 // does not list them. CREATE … IF NOT EXISTS on an existing table waits
 // for the metadata locks of open transactions (every held forupdate
 // lease): it runs only when something is missing, through PREPARE.
-func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
+func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	counter := "CREATE TABLE IF NOT EXISTS " + t.Seq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
 	table := "CREATE TABLE IF NOT EXISTS " + t.Q + ` (
 	name VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -51,7 +70,7 @@ func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	if db, n, ok := strings.Cut(t.Raw, "."); ok {
 		schema, name = literal(db), n
 	}
-	out := stmts{st("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema +
+	out := []sqllock.Stmt{sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema +
 		" AND TABLE_NAME IN (" + literal(name) + ", " + literal(name+sqllock.SeqSuffix) + ")")}
 	// The counter starts at the server's clock in microseconds: a counter
 	// dropped and created again goes on above every token the old one can
@@ -64,10 +83,10 @@ func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 			sql = "CONCAT(" + sql + ", ' AUTO_INCREMENT=', " + start + ")"
 		}
 		out = append(out,
-			st("SET @dlock_ddl = IF(@dlock_m < 2, "+sql+", 'DO 0')"),
-			st("PREPARE dlock_ddl FROM @dlock_ddl"),
-			st("EXECUTE dlock_ddl"),
-			st("DEALLOCATE PREPARE dlock_ddl"))
+			sqllock.S("SET @dlock_ddl = IF(@dlock_m < 2, "+sql+", 'DO 0')"),
+			sqllock.S("PREPARE dlock_ddl FROM @dlock_ddl"),
+			sqllock.S("EXECUTE dlock_ddl"),
+			sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
 	}
 	return out
 }
@@ -78,13 +97,13 @@ func (d *dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 // again at 1), and so does MariaDB before 10.2.4 (MariaDB 10.3 is needed
 // anyway, for NOWAIT); a counter table of another engine (created by
 // hand) is refused too.
-func (*dialect) Check(t sqllock.Table) []sqllock.Stmt {
+func (dialect) Check(t sqllock.Table) []sqllock.Stmt {
 	schema, name := "DATABASE()", t.Raw
 	if db, n, ok := strings.Cut(t.Raw, "."); ok {
 		schema, name = literal(db), n
 	}
 	ver := "(SUBSTRING_INDEX(VERSION(), '.', 1) * 1000 + SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1))"
-	return stmts{st("SELECT CASE" +
+	return []sqllock.Stmt{sqllock.S("SELECT CASE" +
 		" WHEN VERSION() LIKE '%MariaDB%' AND " + ver + " < 10003 THEN CONCAT('MariaDB ', VERSION(), ' is older than 10.3 (NOWAIT; a durable AUTO_INCREMENT counter)')" +
 		" WHEN VERSION() NOT LIKE '%MariaDB%' AND " + ver + " < 8000 THEN CONCAT('MySQL ', VERSION(), ' is older than 8.0: it recomputes AUTO_INCREMENT counters at restart, so tokens would start again')" +
 		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+sqllock.SeqSuffix) + "), 'InnoDB') <> 'InnoDB'" +
@@ -96,20 +115,20 @@ func (*dialect) Check(t sqllock.Table) []sqllock.Stmt {
 // sensitive is the server's setting (lower_case_table_names), and nothing
 // is derived from the table's name on MySQL but the claim, which lives in
 // the table itself.
-func (*dialect) FoldIdent(ident string) string { return ident }
+func (dialect) FoldIdent(ident string) string { return ident }
 
-func (*dialect) Resolve(t sqllock.Table) []sqllock.Stmt {
+func (dialect) Resolve(t sqllock.Table) []sqllock.Stmt {
 	schema, name := "DATABASE()", t.Raw
 	if db, n, ok := strings.Cut(t.Raw, "."); ok {
 		schema, name = literal(db), n
 	}
-	return stmts{st("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name))}
+	return []sqllock.Stmt{sqllock.S("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name))}
 }
 
-func (*dialect) Claim(t sqllock.Table, strategy string) []sqllock.Stmt {
-	return stmts{
-		st("INSERT IGNORE INTO "+t.Q+" (name, owner) VALUES ('', ?)", strategy),
-		st("SELECT owner FROM " + t.Q + " WHERE name = ''"),
+func (dialect) Claim(t sqllock.Table, strategy string) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name, owner) VALUES ('', ?)", strategy),
+		sqllock.S("SELECT owner FROM " + t.Q + " WHERE name = ''"),
 	}
 }
 
@@ -123,21 +142,21 @@ func literal(s string) string {
 // and locked by another client in the meantime makes the INSERT wait, as
 // long as r allows (lockWait). The session's value is saved in @dlock_lw and
 // restored at the end (on an error, by Abort's restore).
-func (*dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{
-		st("SET @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout), SESSION innodb_lock_wait_timeout = ?", lockWait(r)),
-		st("SELECT COUNT(*) INTO @dlock_e FROM "+t.Q+" WHERE name = ?", r.Name),
-		st("INSERT IGNORE INTO "+t.Q+" (name) SELECT ? FROM DUAL WHERE @dlock_e = 0", r.Name),
+func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("SET @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout), SESSION innodb_lock_wait_timeout = ?", lockWait(r)),
+		sqllock.S("SELECT COUNT(*) INTO @dlock_e FROM "+t.Q+" WHERE name = ?", r.Name),
+		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name) SELECT ? FROM DUAL WHERE @dlock_e = 0", r.Name),
 		restore,
 	}
 }
 
 // token takes the next counter value into @dlock_t when cond holds.
-func (d *dialect) token(t sqllock.Table, cond string) []sqllock.Stmt {
-	return stmts{
-		st("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE " + cond),
-		st("SET @dlock_t = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
-		st("DELETE FROM " + t.Seq + " WHERE id = @dlock_t"),
+func (d dialect) token(t sqllock.Table, cond string) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE " + cond),
+		sqllock.S("SET @dlock_t = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
+		sqllock.S("DELETE FROM " + t.Seq + " WHERE id = @dlock_t"),
 	}
 }
 
@@ -161,7 +180,7 @@ func session(r sqllock.Req) sqllock.Stmt {
 	q := r
 	q.NoWait = false
 	wait := lockWait(q)
-	return st("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
+	return sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
 		" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL",
 		waitTimeout(r.TTL), wait)
 }
@@ -184,7 +203,7 @@ const (
 // server can enforce; version leases expire at the server's
 // UTC_TIMESTAMP(6) plus the TTL in microseconds, a DATETIME(6) that must
 // stay below the year 10000 (an overflowing sum is NULL: a free lock).
-func (*dialect) TTLRange(s sqllock.Strategy) (lo, hi time.Duration) {
+func (dialect) TTLRange(s sqllock.Strategy) (lo, hi time.Duration) {
 	if s == sqllock.Version {
 		return minVersionTTL, maxVersionTTL
 	}
@@ -221,29 +240,29 @@ func lockWait(r sqllock.Req) int64 {
 }
 
 // restore puts the session's timeouts back.
-var restore = st("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
+var restore = sqllock.S("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
 	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL")
 
-func (d *dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
-		out := stmts{session(r), st("START TRANSACTION"),
-			st("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name)}
+		out := []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
+			sqllock.S("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name)}
 		out = append(out, d.token(t, "@dlock_f IS NOT NULL")...)
 		return append(out,
-			st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
+			sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
 				r.Owner, r.Name),
-			st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 	}
 	timeout := getLockTimeout(r)
 	// GET_LOCK's holder needs no row: the token alone is written nowhere
 	// but the counter.
-	out := stmts{session(r), st("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout)}
+	out := []sqllock.Stmt{session(r), sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout)}
 	out = append(out, d.token(t, "@dlock_g = 1")...)
-	return append(out, st("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+	return append(out, sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 }
 
 // Persist commits a write of its own (a counter value taken and dropped)
@@ -251,82 +270,65 @@ func (d *dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 // forupdate transaction included, as innodb_flush_log_at_trx_commit makes
 // every commit (1: synced; 2: written, surviving a crash of the server
 // alone).
-func (d *dialect) Persist(t sqllock.Table) []sqllock.Stmt {
-	out := append(stmts{st("START TRANSACTION")}, d.token(t, "TRUE")...)
-	return append(out, st("COMMIT"))
+func (d dialect) Persist(t sqllock.Table) []sqllock.Stmt {
+	out := append([]sqllock.Stmt{sqllock.S("START TRANSACTION")}, d.token(t, "TRUE")...)
+	return append(out, sqllock.S("COMMIT"))
 }
 
-func (*dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return stmts{st("ROLLBACK"), restore}
+		return []sqllock.Stmt{sqllock.S("ROLLBACK"), restore}
 	}
-	return stmts{st("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
+	return []sqllock.Stmt{sqllock.S("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
 }
 
-func (*dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return stmts{st("SELECT TRUE")}
+		return []sqllock.Stmt{sqllock.S("SELECT TRUE")}
 	}
-	return stmts{st("SELECT IFNULL(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)", lockKey(r.Name))}
+	return []sqllock.Stmt{sqllock.S("SELECT IFNULL(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)", lockKey(r.Name))}
 }
 
-func (*dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return stmts{st("COMMIT"), restore}
+		return []sqllock.Stmt{sqllock.S("COMMIT"), restore}
 	}
-	return stmts{restore, st("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
+	return []sqllock.Stmt{restore, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
 }
 
 // VersionAcquire returns no row when name has no row yet.
-func (d *dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	out := stmts{
-		st("SET @dlock_r = NULL, @dlock_t = NULL, @dlock_x = NULL"),
-		st("START TRANSACTION"),
-		st("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 1 INTO @dlock_r, @dlock_x FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name),
+func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	out := []sqllock.Stmt{
+		sqllock.S("SET @dlock_r = NULL, @dlock_t = NULL, @dlock_x = NULL"),
+		sqllock.S("START TRANSACTION"),
+		sqllock.S("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 1 INTO @dlock_r, @dlock_x FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name),
 	}
 	out = append(out, d.token(t, "@dlock_x = 1 AND (@dlock_r IS NULL OR @dlock_r <= 0)")...)
 	return append(out,
-		st("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
+		sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
 			" WHERE name = ? AND @dlock_t IS NOT NULL", r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Name),
-		st("COMMIT"),
-		st("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL) FROM DUAL WHERE @dlock_x = 1"))
+		sqllock.S("COMMIT"),
+		sqllock.S("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL) FROM DUAL WHERE @dlock_x = 1"))
 }
 
-func (*dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{
-		st("UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
+func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
 			sqllock.Micros(r.TTL), r.Name, r.Token),
-		st("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+		sqllock.S("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
 	}
 }
 
-func (*dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{
-		st("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
-		st("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
+		sqllock.S("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
 	}
 }
 
-func (*dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{
-		st("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND session = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Nonce),
-		st("SELECT ROW_COUNT()"),
-	}
-}
-
-func (*dialect) Admin(t sqllock.Table) sqllock.Admin {
-	return sqllock.Admin{
-		// GET_LOCK's holder, else the forupdate holder's session from its
-		// uncommitted row, read dirty. Every placeholder is the name.
-		Holder: []string{"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
-			"SELECT COALESCE(IS_USED_LOCK(IF(CHAR_LENGTH(?) <= 64 AND LEFT(?, 6) <> 'dlock#', ?, CONCAT('dlock#', LEFT(SHA2(?, 256), 58))))," +
-				" (SELECT session FROM " + t.Q + " WHERE name = ? AND session IS NOT NULL))"},
-		Kill:   "KILL ?",
-		Alive:  "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
-		Expire: "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = ?",
-		// Sessions waiting for a row lock (InnoDB's LOCK WAIT) or in
-		// GET_LOCK ("User lock"), other than the one asking.
-		Waiters: "SELECT (SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT')" +
-			" + (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND ID <> CONNECTION_ID()) + 0 * LENGTH(?)",
+func (dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND session = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Nonce),
+		sqllock.S("SELECT ROW_COUNT()"),
 	}
 }

@@ -3,10 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock/internal/sqllock"
@@ -136,26 +134,4 @@ func (c *conn) Release(discard bool) {
 		cancel()
 	}
 	c.c.Release()
-}
-
-// classify maps PostgreSQL's errors to the core's kinds: SQLSTATE 55P03
-// (lock_not_available: NOWAIT or lock_timeout), 40P01 (deadlock), class 08
-// and 57P (connection, shutdown, terminated by pg_terminate_backend) and
-// every FATAL error or non-server error (I/O, context) break the
-// connection.
-func classify(err error) sqllock.Kind {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return sqllock.KindBroken
-	}
-	switch {
-	case pe.Code == "55P03":
-		return sqllock.KindBusy
-	case pe.Code == "40P01":
-		return sqllock.KindDeadlock
-	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"),
-		pe.Severity == "FATAL", pe.Severity == "PANIC":
-		return sqllock.KindBroken
-	}
-	return sqllock.KindOther
 }

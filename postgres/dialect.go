@@ -3,6 +3,7 @@ package postgres
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/sqllock"
@@ -18,16 +20,11 @@ import (
 // dialect is PostgreSQL's SQL for the strategies of package sqllock.
 type dialect struct{}
 
-type stmts = []sqllock.Stmt
-
-func st(sql string, args ...any) sqllock.Stmt { return sqllock.Stmt{SQL: sql, Args: args} }
-
-func (dialect) Backend() string                 { return "postgres" }
-func (dialect) NativeStrategy() string          { return "advisory" }
-func (dialect) Quote(ident string) string       { return pgx.Identifier{ident}.Sanitize() }
-func (dialect) MaxIdent() int                   { return 63 }
-func (dialect) Placeholder(n int) string        { return "$" + strconv.Itoa(n) }
-func (dialect) Classify(err error) sqllock.Kind { return classify(err) }
+func (dialect) Backend() string           { return "postgres" }
+func (dialect) NativeStrategy() string    { return "advisory" }
+func (dialect) Quote(ident string) string { return pgx.Identifier{ident}.Sanitize() }
+func (dialect) MaxIdent() int             { return 63 }
+func (dialect) Placeholder(n int) string  { return "$" + strconv.Itoa(n) }
 
 // ValidateName rejects NUL bytes, which a text column cannot store.
 func (dialect) ValidateName(name string) error {
@@ -37,36 +34,58 @@ func (dialect) ValidateName(name string) error {
 	return nil
 }
 
+// Classify maps PostgreSQL's errors to the core's kinds: SQLSTATE 55P03
+// (lock_not_available: NOWAIT or lock_timeout), 40P01 (deadlock), class 08
+// and 57P (connection, shutdown, terminated by pg_terminate_backend) and
+// every FATAL error or non-server error (I/O, context) break the
+// connection.
+func (dialect) Classify(err error) sqllock.Kind {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return sqllock.KindBroken
+	}
+	switch {
+	case pe.Code == "55P03":
+		return sqllock.KindBusy
+	case pe.Code == "40P01":
+		return sqllock.KindDeadlock
+	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"),
+		pe.Severity == "FATAL", pe.Severity == "PANIC":
+		return sqllock.KindBroken
+	}
+	return sqllock.KindOther
+}
+
 // migrateKey serialises concurrent migrations (CREATE … IF NOT EXISTS
 // races on the catalog's unique indexes).
 const migrateKey = 0x646c6f636b // "dlock"
 
 func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
-	return stmts{
-		st("BEGIN"),
-		st("SELECT pg_advisory_xact_lock(" + strconv.Itoa(migrateKey) + ")"),
-		st("CREATE TABLE IF NOT EXISTS " + t.Q + ` (
+	return []sqllock.Stmt{
+		sqllock.S("BEGIN"),
+		sqllock.S("SELECT pg_advisory_xact_lock(" + strconv.Itoa(migrateKey) + ")"),
+		sqllock.S("CREATE TABLE IF NOT EXISTS " + t.Q + ` (
 	name text PRIMARY KEY,
 	fence bigint NOT NULL DEFAULT 0,
 	owner text NOT NULL DEFAULT '',
 	acquired_at timestamptz,
 	expires_at timestamptz,
 	session bigint)`),
-		st(createSeq(t)),
-		st("COMMIT"),
+		sqllock.S(createSeq(t)),
+		sqllock.S("COMMIT"),
 	}
 }
 
 func (dialect) FoldIdent(ident string) string { return strings.ToLower(ident) }
 
 func (dialect) Resolve(t sqllock.Table) []sqllock.Stmt {
-	return stmts{st("SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)", t.Q)}
+	return []sqllock.Stmt{sqllock.S("SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)", t.Q)}
 }
 
 func (dialect) Claim(t sqllock.Table, strategy string) []sqllock.Stmt {
-	return stmts{
-		st("INSERT INTO "+t.Q+" (name, owner) VALUES ('', $1) ON CONFLICT (name) DO NOTHING", strategy),
-		st("SELECT owner FROM " + t.Q + " WHERE name = ''"),
+	return []sqllock.Stmt{
+		sqllock.S("INSERT INTO "+t.Q+" (name, owner) VALUES ('', $1) ON CONFLICT (name) DO NOTHING", strategy),
+		sqllock.S("SELECT owner FROM " + t.Q + " WHERE name = ''"),
 	}
 }
 
@@ -82,17 +101,19 @@ func createSeq(t sqllock.Table) string {
 
 // Check reports nothing: every supported PostgreSQL keeps sequences
 // durable.
-func (dialect) Check(t sqllock.Table) []sqllock.Stmt { return stmts{st("SELECT ''::text")} }
+func (dialect) Check(t sqllock.Table) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S("SELECT ''::text")}
+}
 
 func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	// NOT EXISTS reads the committed row without waiting; only a row
 	// created and locked by another client in the meantime makes the
 	// INSERT wait for its transaction, for no longer than r allows.
-	return stmts{
-		st("BEGIN"),
-		st("SELECT set_config('lock_timeout', $1, true)", ensureTimeout(r)),
-		st("INSERT INTO "+t.Q+" (name) SELECT $1::text WHERE NOT EXISTS (SELECT 1 FROM "+t.Q+" WHERE name = $1) ON CONFLICT (name) DO NOTHING", r.Name),
-		st("COMMIT"),
+	return []sqllock.Stmt{
+		sqllock.S("BEGIN"),
+		sqllock.S("SELECT set_config('lock_timeout', $1, true)", ensureTimeout(r)),
+		sqllock.S("INSERT INTO "+t.Q+" (name) SELECT $1::text WHERE NOT EXISTS (SELECT 1 FROM "+t.Q+" WHERE name = $1) ON CONFLICT (name) DO NOTHING", r.Name),
+		sqllock.S("COMMIT"),
 	}
 }
 
@@ -165,17 +186,17 @@ func lockTimeout(r sqllock.Req) string {
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	ttl := strconv.FormatInt(timeoutMS(r.TTL), 10)
 	set := func(idle string, local bool) sqllock.Stmt {
-		return st("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
+		return sqllock.S("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
 	}
 	if s == sqllock.ForUpdate {
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
-		return stmts{
-			st("BEGIN"),
+		return []sqllock.Stmt{
+			sqllock.S("BEGIN"),
 			set("idle_in_transaction_session_timeout", true),
-			st("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+") UPDATE "+t.Q+" AS t SET fence = "+nextval(t)+
+			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+") UPDATE "+t.Q+" AS t SET fence = "+nextval(t)+
 				", owner = $2, acquired_at = now(), expires_at = NULL, session = pg_backend_pid() FROM l WHERE t.name = l.name RETURNING t.fence",
 				r.Name, r.Owner),
 		}
@@ -186,9 +207,9 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	// written, the sequence alone keeps tokens increasing.
 	key := advisoryKey(t, r.Name)
 	if r.NoWait {
-		return stmts{set("idle_session_timeout", false), st("SELECT "+nextval(t)+" WHERE pg_try_advisory_lock($1)", key)}
+		return []sqllock.Stmt{set("idle_session_timeout", false), sqllock.S("SELECT "+nextval(t)+" WHERE pg_try_advisory_lock($1)", key)}
 	}
-	return stmts{set("idle_session_timeout", false), st("SELECT pg_advisory_lock($1)", key), st("SELECT " + nextval(t))}
+	return []sqllock.Stmt{set("idle_session_timeout", false), sqllock.S("SELECT pg_advisory_lock($1)", key), sqllock.S("SELECT " + nextval(t))}
 }
 
 // Persist commits a transaction that writes WAL (a transactional logical
@@ -199,31 +220,31 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 // system, which survives a crash of the server, with fsync off).
 func (dialect) Persist(t sqllock.Table) []sqllock.Stmt {
 	// set_config runs first: its result is the message's content.
-	return stmts{st("SELECT pg_logical_emit_message(true, 'dlock', set_config('synchronous_commit', 'on', true))")}
+	return []sqllock.Stmt{sqllock.S("SELECT pg_logical_emit_message(true, 'dlock', set_config('synchronous_commit', 'on', true))")}
 }
 
 func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return stmts{st("ROLLBACK")}
+		return []sqllock.Stmt{sqllock.S("ROLLBACK")}
 	}
 	// The connection is pinned for this lease alone: no other advisory
 	// lock of the session can be ours to keep.
-	return stmts{st("SELECT pg_advisory_unlock_all()"), st("RESET idle_session_timeout")}
+	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock_all()"), sqllock.S("RESET idle_session_timeout")}
 }
 
 func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{st("SELECT true")}
+	return []sqllock.Stmt{sqllock.S("SELECT true")}
 }
 
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return stmts{st("COMMIT")}
+		return []sqllock.Stmt{sqllock.S("COMMIT")}
 	}
-	return stmts{st("RESET idle_session_timeout"), st("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
+	return []sqllock.Stmt{sqllock.S("RESET idle_session_timeout"), sqllock.S("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
 }
 
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{st(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
+	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
 up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
@@ -233,40 +254,18 @@ SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{st("UPDATE "+t.Q+" SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING true",
+	return []sqllock.Stmt{sqllock.S("UPDATE "+t.Q+" SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING true",
 		r.Name, r.Token, sqllock.Micros(r.TTL))}
 }
 
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{st("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name) SELECT pg_notify($3, name) IS NULL FROM r",
+	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name) SELECT pg_notify($3, name) IS NULL FROM r",
 		r.Name, r.Token, r.Channel)}
 }
 
 func (dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return stmts{st("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND session = $2 AND expires_at > now() RETURNING name) SELECT count(pg_notify($3, name)) FROM r",
+	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND session = $2 AND expires_at > now() RETURNING name) SELECT count(pg_notify($3, name)) FROM r",
 		r.Name, r.Nonce, r.Channel)}
-}
-
-func (dialect) Admin(t sqllock.Table) sqllock.Admin {
-	// The forupdate holder's row version is uncommitted: its session is
-	// found through the transaction that locked the row (xmax); the
-	// advisory holder's through pg_locks and the name's key.
-	holder := "SELECT l.pid::bigint FROM " + t.Q + " t JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax" +
-		" AND l.mode = 'ExclusiveLock' AND l.granted WHERE t.name = $1" +
-		" UNION ALL SELECT l.pid::bigint FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted" +
-		" AND ((l.classid::bigint << 32) | l.objid::bigint) = " + keySQL(t)
-	return sqllock.Admin{
-		Holder:  []string{holder},
-		Kill:    "SELECT pg_terminate_backend($1::int)",
-		Alive:   "SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int",
-		Expire:  "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 RETURNING true",
-		Waiters: "SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock' AND (" + holder + " LIMIT 1) = ANY(pg_blocking_pids(a.pid))",
-	}
-}
-
-// keySQL computes advisoryKey of the name $1 on the server.
-func keySQL(t sqllock.Table) string {
-	return "('x' || left(encode(sha256(convert_to(" + quoteLiteral(t.Key()) + ", 'UTF8') || '\\x00'::bytea || convert_to($1, 'UTF8')), 'hex'), 16))::bit(64)::bigint"
 }
 
 // quoteLiteral quotes a validated identifier as a string literal.

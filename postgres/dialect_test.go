@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/sqllock"
+	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 )
 
 // FuzzTimeouts: every duration the dialect sends to the server (the idle
@@ -14,13 +15,8 @@ import (
 // is never shorter than asked, never wraps, and stays within the server's
 // range; for a TTL in the declared range nothing is clamped.
 func FuzzTimeouts(f *testing.F) {
-	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second, math.MaxInt64 - 1, 0, 1, -1, math.MinInt64,
-		time.Millisecond - 1, time.Millisecond, time.Millisecond + 1, maxPinnedTTL, maxPinnedTTL + 1, maxVersionTTL, maxVersionTTL + 1} {
-		f.Add(int64(d))
-	}
 	d := dialect{}
-	f.Fuzz(func(t *testing.T, n int64) {
-		ttl := time.Duration(n)
+	sqltest.FuzzTimeouts(f, d, time.Millisecond, []time.Duration{maxPinnedTTL, maxVersionTTL}, func(t *testing.T, ttl time.Duration) {
 		ms := timeoutMS(ttl)
 		if ms < 1 || ms > math.MaxInt32 {
 			t.Fatalf("timeout for %v: %dms", ttl, ms)
@@ -33,12 +29,6 @@ func FuzzTimeouts(f *testing.F) {
 		lt, err := strconv.ParseInt(lockTimeout(sqllock.Req{Wait: ttl}), 10, 64)
 		if err != nil || lt < 0 || lt > math.MaxInt32 || ttl > 0 && (lt == 0 || lt < math.MaxInt32 && time.Duration(lt)*time.Millisecond < ttl) {
 			t.Fatalf("lock_timeout for %v: %d %v", ttl, lt, err)
-		}
-		if lo, hi := d.TTLRange(sqllock.Version); ttl >= lo && ttl <= hi {
-			us := sqllock.Micros(ttl)
-			if time.Duration(us)*time.Microsecond < ttl || time.Now().Add(time.Duration(us)*time.Microsecond).Year() > 2200 {
-				t.Fatalf("version expiry for %v: %dµs", ttl, us)
-			}
 		}
 	})
 }

@@ -25,7 +25,9 @@ type Config struct {
 
 // Locker is the strategy core: a driver.Locker over a Pool and a Dialect.
 // New returns it wrapped in a type that adds driver.Blocker (pinned
-// strategies) or driver.Watcher (Version on a Notifier pool).
+// strategies) or driver.Watcher (Version on a Notifier pool); the
+// wrappers embed *Locker, so every driver New returns has its methods,
+// Core among them.
 type Locker struct {
 	d        Dialect
 	pool     Pool
@@ -54,6 +56,10 @@ var (
 	_ driver.NameValidator = (*Locker)(nil)
 	_ driver.Blocker       = blocking{}
 	_ driver.Watcher       = watching{}
+
+	// Tests reach the core of any driver New returns through Core.
+	_ interface{ Core() *Locker } = blocking{}
+	_ interface{ Core() *Locker } = watching{}
 )
 
 // blocking is a pinned-strategy Locker: the server's lock queue is the wait.
@@ -76,7 +82,9 @@ func (w watching) Watch(ctx context.Context, name string) (<-chan struct{}, func
 }
 
 // New returns the driver for cfg.
-func New(cfg Config) driver.Locker {
+func New(cfg Config) driver.Locker { return newLocker(cfg).wrapped() }
+
+func newLocker(cfg Config) *Locker {
 	l := &Locker{
 		d:        cfg.Dialect,
 		pool:     cfg.Pool,
@@ -97,29 +105,28 @@ func New(cfg Config) driver.Locker {
 			l.slots = make(chan struct{}, n-1)
 		}
 	}
-	switch cfg.Strategy {
-	case ForUpdate, Native:
-		return blocking{l}
-	}
-	if n, ok := cfg.Pool.(Notifier); ok {
+	if n, ok := cfg.Pool.(Notifier); ok && cfg.Strategy == Version {
 		l.hub = newHub(n, l.t.Channel)
+	}
+	return l
+}
+
+// wrapped returns l as the portable layer is to see it: a Blocker for
+// the pinned strategies, a Watcher when releases are notified.
+func (l *Locker) wrapped() driver.Locker {
+	switch {
+	case l.strategy == ForUpdate, l.strategy == Native:
+		return blocking{l}
+	case l.hub != nil:
 		return watching{l}
 	}
 	return l
 }
 
-// Core returns the *Locker inside a driver returned by New, or nil.
-func Core(d driver.Locker) *Locker {
-	switch v := d.(type) {
-	case *Locker:
-		return v
-	case blocking:
-		return v.Locker
-	case watching:
-		return v.Locker
-	}
-	return nil
-}
+// Core returns l. The wrappers New returns embed *Locker and so inherit
+// it: tests and hooks reach the core of any of them (its sessions, pool
+// and dialect) with one type assertion, whatever the wrapper.
+func (l *Locker) Core() *Locker { return l }
 
 func capabilities(cfg Config) driver.Capabilities {
 	c := driver.Capabilities{
@@ -150,9 +157,13 @@ func capabilities(cfg Config) driver.Capabilities {
 			c.Wait = driver.WaitNotify
 		}
 		c.ReleaseOnCrash = driver.ReleaseAfterTTL
+		c.Notes = joinNotes(c.Notes, versionNote)
 	}
 	return c
 }
+
+// versionNote is the caveat of the version strategy.
+const versionNote = "a lease row whose expiry is set on the server's clock: no connection is held, so a crashed holder's lock is freed only when its TTL runs out, a server restart keeps the lease, and a paused holder learns of its lost lease at its next keep-alive (fence writes with the token)"
 
 // crashNote is the caveat of the connection-bound strategies.
 const crashNote = "the lock lives in the holder's session: a crash of the server frees it at once, and a server back within TTL/3 can grant it again before the holder's next keep-alive tells it (fence writes with the token)"
@@ -322,10 +333,10 @@ func Open(ctx context.Context, cfg Config, ping func(context.Context) error) (dr
 		cfg.Pool.Close()
 		return nil, fmt.Errorf("%s: connecting: %w", cfg.Dialect.Backend(), err)
 	}
-	drv := New(cfg)
-	if err := Core(drv).Prepare(ctx); err != nil {
+	l := newLocker(cfg)
+	if err := l.Prepare(ctx); err != nil {
 		cfg.Pool.Close()
 		return nil, err
 	}
-	return drv, nil
+	return l.wrapped(), nil
 }

@@ -16,6 +16,10 @@ import (
 // deadline (the dialect turns it into lock_timeout, innodb_lock_wait_timeout
 // or GET_LOCK's timeout) and cut short by ctx's cancellation (the driver
 // interrupts the statement; the connection is then abandoned).
+//
+// Each turn of the loop runs the dialect's Lock once; a grant becomes a
+// lease (grant), anything else is classified (nextStep) into what to do
+// next, and a missing row is created (createRow) before the next turn.
 func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait bool) (driver.Lease, error) {
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
@@ -35,45 +39,8 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		start := time.Now()
 		var token int64
 		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
-		if err == nil && found && l.persister != nil {
-			// The token was taken in the lease's open transaction: make it
-			// durable before anyone can use it.
-			if perr := l.persister.persist(ctx); perr != nil {
-				if l.abort(ctx, c, r, KindOther) {
-					c.Release(false)
-				}
-				return nil, ctxErr(ctx, l.errorf("acquire %q: making the token durable: %w", req.Name, perr))
-			}
-		}
-		if err == nil && found && ctx.Err() != nil {
-			// Granted, but ctx ended meanwhile: a driver may be closing
-			// the connection right now (go-sql-driver does when ctx ends
-			// as a query finishes). Give the grant back; the caller sees
-			// ctx's error, as it would a moment later.
-			l.abort(ctx, c, r, KindBroken)
-			return nil, ctx.Err()
-		}
 		if err == nil && found {
-			p := l.newPinned(c, r, token, start)
-			if took := time.Since(start); took > req.TTL/4 {
-				// A long wait: the server's idle timer started at the
-				// grant, somewhere in the call. Restart it now, so that
-				// the lease's deadline can count from a known moment.
-				if lost, err := p.ping(ctx, req.TTL); lost != nil || err != nil {
-					if lost != nil && ctx.Err() == nil {
-						// Not a refresh the caller asked for: say what
-						// happened to the grant.
-						return nil, l.errorf("acquire %q: granted, but the lease of TTL %v ended on the server before it could be returned (the grant took %v): %w: %w",
-							req.Name, req.TTL, took.Round(time.Microsecond), driver.ErrLockLost, lost)
-					}
-					return nil, ctxErr(ctx, err)
-				}
-				p.mu.Lock()
-				p.granted = p.lastPing
-				p.mu.Unlock()
-			}
-			p.arm()
-			return p, nil
+			return l.grant(ctx, c, r, token, start)
 		}
 		kind := KindOther
 		if err != nil {
@@ -85,47 +52,139 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		if !l.abort(ctx, c, r, kind) {
 			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 		}
-		switch {
-		case err == nil && l.strategy == ForUpdate && !created:
-			// The name has no row yet: create it (committed at once, so
-			// that it never waits for another creator's transaction) and
-			// try again.
-			created = true
-			if _, err := c.Run(ctx, l.d.EnsureRow(l.t, r)); err != nil {
-				kind := l.d.Classify(err)
-				if ctx.Err() != nil || (kind != KindBusy && kind != KindDeadlock) {
-					kind = KindBroken
-				}
-				if !l.abort(ctx, c, r, kind) {
-					return nil, ctxErr(ctx, l.errorf("creating the row of %q: %w", req.Name, err))
-				}
-				// Busy: another client created the row and holds it (or,
-				// on MySQL, a gap lock of a concurrent attempt blocked the
-				// insert): try again, the row may exist now.
-				if !wait {
-					c.Release(false)
-					return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
-				}
-				created = false
+		switch l.nextStep(err, kind, wait, created) {
+		case stepCreateRow:
+			busy, err := l.createRow(ctx, c, r)
+			if err != nil {
+				return nil, ctxErr(ctx, err)
 			}
-			continue
-		case err == nil && !wait, kind == KindBusy && !wait, kind == KindDeadlock && !wait:
+			if busy && !wait {
+				c.Release(false)
+				return nil, l.notAcquired()
+			}
+			created = !busy // busy: the row may exist now, or not yet
+		case stepNotAcquired:
 			c.Release(false)
-			return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
-		case err == nil, kind == KindBusy:
-			// The server's wait ended at ctx's deadline.
+			return nil, l.notAcquired()
+		case stepWaitEnded:
 			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 50*time.Millisecond {
 				c.Release(false)
 				<-ctx.Done()
 				return nil, ctx.Err()
 			}
-			continue // woken early (the server's timeout is rounded): wait again
-		case kind == KindDeadlock:
-			continue
+			// Woken early (the server's timeout is rounded): wait again.
+		case stepRetry:
+			// A deadlock victim: try again.
+		case stepFail:
+			c.Release(false)
+			return nil, l.errorf("acquire %q: %w", req.Name, err)
 		}
-		c.Release(false)
-		return nil, l.errorf("acquire %q: %w", req.Name, err)
 	}
+}
+
+// step is what acquirePinned does after a Lock that did not grant.
+type step int
+
+const (
+	// stepCreateRow: ForUpdate found no row for the name: create it, try
+	// again.
+	stepCreateRow step = iota
+	// stepNotAcquired: held by another, and the caller does not wait.
+	stepNotAcquired
+	// stepWaitEnded: the server's wait ended (at ctx's deadline, or early:
+	// its timeout is rounded).
+	stepWaitEnded
+	// stepRetry: the server chose this attempt as a deadlock victim.
+	stepRetry
+	// stepFail: any other error.
+	stepFail
+)
+
+// nextStep classifies the outcome of a Lock that did not grant: err is
+// Run's error (nil when Lock returned no row) and kind its class; created
+// reports whether this attempt has created the name's row.
+func (l *Locker) nextStep(err error, kind Kind, wait, created bool) step {
+	switch {
+	case err == nil && l.strategy == ForUpdate && !created:
+		return stepCreateRow
+	case !wait && (err == nil || kind == KindBusy || kind == KindDeadlock):
+		return stepNotAcquired
+	case err == nil, kind == KindBusy:
+		return stepWaitEnded
+	case kind == KindDeadlock:
+		return stepRetry
+	}
+	return stepFail
+}
+
+// createRow inserts the name's row on c, committed at once so that it
+// never waits for another creator's transaction. busy means that another
+// client created the row and holds it (or, on MySQL, a gap lock of a
+// concurrent attempt blocked the insert): the row may exist now. On an
+// error c has been abandoned and released.
+func (l *Locker) createRow(ctx context.Context, c Conn, r Req) (busy bool, err error) {
+	_, err = c.Run(ctx, l.d.EnsureRow(l.t, r))
+	if err == nil {
+		return false, nil
+	}
+	kind := l.d.Classify(err)
+	if ctx.Err() != nil || (kind != KindBusy && kind != KindDeadlock) {
+		kind = KindBroken
+	}
+	if !l.abort(ctx, c, r, kind) {
+		return false, l.errorf("creating the row of %q: %w", r.Name, err)
+	}
+	return true, nil
+}
+
+// notAcquired is the error of a lock held by someone else.
+func (l *Locker) notAcquired() error {
+	return fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
+}
+
+// grant turns the grant of token on c into a lease: it makes a ForUpdate
+// token durable, gives the grant back when ctx ended meanwhile, and after
+// a long wait restarts the server's idle timer so that the lease's
+// deadline counts from a known moment.
+func (l *Locker) grant(ctx context.Context, c Conn, r Req, token int64, start time.Time) (driver.Lease, error) {
+	if l.persister != nil {
+		// The token was taken in the lease's open transaction: make it
+		// durable before anyone can use it.
+		if err := l.persister.persist(ctx); err != nil {
+			if l.abort(ctx, c, r, KindOther) {
+				c.Release(false)
+			}
+			return nil, ctxErr(ctx, l.errorf("acquire %q: making the token durable: %w", r.Name, err))
+		}
+	}
+	if ctx.Err() != nil {
+		// Granted, but ctx ended meanwhile: a driver may be closing the
+		// connection right now (go-sql-driver does when ctx ends as a
+		// query finishes). Give the grant back; the caller sees ctx's
+		// error, as it would a moment later.
+		l.abort(ctx, c, r, KindBroken)
+		return nil, ctx.Err()
+	}
+	p := l.newPinned(c, r, token, start)
+	if took := time.Since(start); took > r.TTL/4 {
+		// A long wait: the server's idle timer started at the grant,
+		// somewhere in the call. Restart it now, so that the lease's
+		// deadline can count from a known moment.
+		if lost, err := p.ping(ctx, r.TTL); lost != nil || err != nil {
+			if lost != nil && ctx.Err() == nil {
+				// Not a refresh the caller asked for: say what happened
+				// to the grant.
+				return nil, l.errorf("acquire %q: granted, but the lease of TTL %v ended on the server before it could be returned (the grant took %v): %w: %w",
+					r.Name, r.TTL, took.Round(time.Microsecond), driver.ErrLockLost, lost)
+			}
+			return nil, ctxErr(ctx, err)
+		}
+		p.mu.Lock()
+		p.granted = p.lastPing
+		p.mu.Unlock()
+	}
+	p.arm()
+	return p, nil
 }
 
 // abort cleans up after a Lock that did not grant: on a usable

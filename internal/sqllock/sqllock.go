@@ -69,6 +69,10 @@ type Stmt struct {
 	Args []any
 }
 
+// S returns the statement sql with args: the dialects' shorthand, so that
+// their scripts read as SQL.
+func S(sql string, args ...any) Stmt { return Stmt{SQL: sql, Args: args} }
+
 // Conn is one connection pinned for the life of a lease (or an attempt).
 type Conn interface {
 	// Run executes stmts in order on this connection, in as few round trips
@@ -239,29 +243,6 @@ type Dialect interface {
 	// recorded (in the row of the empty name, which is no lock name) and
 	// returns one row: the recorded strategy.
 	Claim(t Table, strategy string) []Stmt
-
-	// Admin is the SQL that tests and operators use to reach the
-	// server's sessions.
-	Admin(t Table) Admin
-}
-
-// Admin is SQL for tests and operators. Each statement takes the
-// placeholders named in its comment.
-type Admin struct {
-	// Holder returns the session id of name's holder (1: name, passed to
-	// the last statement). It may see the session of a past holder when
-	// name is free.
-	Holder []string
-	// Kill ends a session (1: session id), freeing its locks at once.
-	Kill string
-	// Alive counts the sessions with that id (1: session id): Kill may
-	// return before the session has ended and freed its locks.
-	Alive string
-	// Expire ends the version lease of name (1: name).
-	Expire string
-	// Waiters counts the sessions waiting in the server's lock queue
-	// behind name's holder (1: name).
-	Waiters string
 }
 
 // Table is a validated, quoted lock table with its token counter.
@@ -372,7 +353,21 @@ func ParseStrategy(d Dialect, s string) (Strategy, error) {
 	return "", fmt.Errorf("%s: strategy %q: want %s, %s or %s: %w", d.Backend(), s, ForUpdate, Version, d.NativeStrategy(), driver.ErrInvalidOption)
 }
 
-// FencedSQL builds the statement of a fenced write to a user's table:
+// FencedStmt builds a fenced write to a user's table (fencedSQL) with its
+// arguments bound: args fill the placeholders of set and where in order,
+// and token goes where the dialect's placeholders put it.
+func FencedStmt(d Dialect, table, column string, token uint64, set, where string, args []any) (Stmt, error) {
+	q, tokenFirst, err := fencedSQL(d, table, column, set, where, len(args))
+	if err != nil {
+		return Stmt{}, err
+	}
+	if tokenFirst {
+		return S(q, append([]any{int64(token)}, args...)...), nil
+	}
+	return S(q, append(args[:len(args):len(args)], int64(token))...), nil
+}
+
+// fencedSQL builds the statement of a fenced write to a user's table:
 //
 //	UPDATE table SET <set>, column = <token> WHERE (<where>) AND column <= <token>
 //
@@ -382,7 +377,7 @@ func ParseStrategy(d Dialect, s string) (Strategy, error) {
 // quoted. With numbered placeholders ($n) the token is argument nargs+1;
 // with positional ones (?) it is bound once, first (tokenFirst), through
 // a one-row derived table that the UPDATE joins.
-func FencedSQL(d Dialect, table, column, set, where string, nargs int) (q string, tokenFirst bool, err error) {
+func fencedSQL(d Dialect, table, column, set, where string, nargs int) (q string, tokenFirst bool, err error) {
 	t, err := ParseTable(d, table)
 	if err != nil {
 		return "", false, err
@@ -437,8 +432,9 @@ func FromMicros(n int64) time.Duration {
 }
 
 // NewConfig validates a driver's options (the strategy's name and the
-// table) into a Config.
-func NewConfig(d Dialect, p Pool, strategy, table string, migrate bool) (Config, error) {
+// table) into a Config; the driver sets its Pool. Drivers call it before
+// they open a pool, so that invalid options open nothing.
+func NewConfig(d Dialect, strategy, table string, migrate bool) (Config, error) {
 	s, err := ParseStrategy(d, strategy)
 	if err != nil {
 		return Config{}, err
@@ -454,5 +450,5 @@ func NewConfig(d Dialect, p Pool, strategy, table string, migrate bool) (Config,
 	if err != nil {
 		return Config{}, err
 	}
-	return Config{Dialect: d, Pool: p, Strategy: s, Table: t, Migrate: migrate}, nil
+	return Config{Dialect: d, Strategy: s, Table: t, Migrate: migrate}, nil
 }

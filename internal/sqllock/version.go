@@ -29,7 +29,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	if err != nil {
 		if k := l.d.Classify(err); ctx.Err() == nil && (k == KindBusy || k == KindDeadlock) {
 			// Another client is writing the row right now.
-			return nil, fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
+			return nil, l.notAcquired()
 		}
 		// The attempt may have been granted on the server, its reply lost
 		// (a cancelled context closes the connection mid-script): free

@@ -175,3 +175,11 @@ func PausedHolder(t *testing.T, rawURL string, ttl, serverStep time.Duration, wr
 		t.Errorf("the paused holder's Release: %v, want ErrNotHeld", err)
 	}
 }
+
+// EachStrategy runs f as a subtest named after each strategy of a server
+// (native: its native strategy's name), with that strategy in rawURL.
+func EachStrategy(t *testing.T, rawURL, native string, f func(t *testing.T, rawURL string)) {
+	for _, s := range Strategies(native) {
+		t.Run(s, func(t *testing.T) { f(t, WithParams(rawURL, "strategy", s)) })
+	}
+}

@@ -7,6 +7,7 @@ package sqltest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,14 +35,28 @@ func Open(t testing.TB, ctx context.Context, rawURL string) *dlock.Locker {
 	return l
 }
 
-// Core returns the strategy core of a Locker.
-func Core(l *dlock.Locker) *sqllock.Locker { return sqllock.Core(l.Driver()) }
+// Core returns the strategy core of a Locker of a SQL driver. Every
+// driver sqllock.New returns has the core's Core method (its wrappers
+// embed it); Core panics on a Locker of another driver, a test's mistake.
+func Core(l *dlock.Locker) *sqllock.Locker {
+	c, ok := l.Driver().(interface{ Core() *sqllock.Locker })
+	if !ok {
+		panic(fmt.Sprintf("sqltest: %T is not a driver of package sqllock", l.Driver()))
+	}
+	return c.Core()
+}
 
 // AdminSQL returns the test and operator SQL of l's dialect for l's table:
-// the one way tests and hooks reach it.
+// the one way tests and hooks reach it. The dialect provides it by
+// implementing sqllock.AdminDialect (in its package's admin.go); AdminSQL
+// panics when it does not, a driver's mistake.
 func AdminSQL(l *dlock.Locker) sqllock.Admin {
 	c := Core(l)
-	return c.Dialect().Admin(c.Table())
+	a, ok := c.Dialect().(sqllock.AdminDialect)
+	if !ok {
+		panic(fmt.Sprintf("sqltest: the %s dialect has no admin SQL: it must implement sqllock.AdminDialect", c.Dialect().Backend()))
+	}
+	return a.Admin(c.Table())
 }
 
 // Exec runs stmts on one connection of l's pool and scans the last

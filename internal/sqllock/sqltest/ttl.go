@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/sqllock"
 )
 
 // TTLRange checks a strategy's declared TTL range against the server: a
@@ -258,5 +259,41 @@ func Safety(t *testing.T, rawURL, native string) {
 		t.Run("CancelledAcquires/"+s, func(t *testing.T) {
 			CancelledAcquires(t, WithParams(rawURL, "strategy", s, "table", "cancelled_"+s))
 		})
+	}
+}
+
+// FuzzTimeouts fuzzes the durations dialect d sends to its server, for a
+// duration ttl used as a lease's TTL and as a wait: check(t, ttl) checks
+// the dialect's own timeouts, and the Version expiry is checked for every
+// dialect (versionExpiry). The seeds are the durations where conversions
+// overflow or round: the extremes of int64, 0 and ±1, the server's unit
+// and 1ns either side, and each of bounds and 1ns past it.
+func FuzzTimeouts(f *testing.F, d sqllock.Dialect, unit time.Duration, bounds []time.Duration, check func(t *testing.T, ttl time.Duration)) {
+	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second, math.MaxInt64 - 1, 0, 1, -1, math.MinInt64,
+		unit - 1, unit, unit + 1} {
+		f.Add(int64(d))
+	}
+	for _, b := range bounds {
+		f.Add(int64(b))
+		f.Add(int64(b + 1))
+	}
+	f.Fuzz(func(t *testing.T, n int64) {
+		ttl := time.Duration(n)
+		check(t, ttl)
+		versionExpiry(t, d, ttl)
+	})
+}
+
+// versionExpiry checks, for a ttl in d's Version range, the expiry the
+// dialect sends: the server's now plus the TTL in whole microseconds,
+// never shorter than ttl, and far inside a DATETIME(6) or a timestamptz
+// for decades.
+func versionExpiry(t *testing.T, d sqllock.Dialect, ttl time.Duration) {
+	t.Helper()
+	if lo, hi := d.TTLRange(sqllock.Version); ttl >= lo && ttl <= hi {
+		us := sqllock.Micros(ttl)
+		if time.Duration(us)*time.Microsecond < ttl || time.Now().Add(time.Duration(us)*time.Microsecond).Year() > 2200 {
+			t.Fatalf("version expiry for %v: %dµs", ttl, us)
+		}
 	}
 }

@@ -1,0 +1,114 @@
+// Package postgres is dlock's PostgreSQL driver (with pgx v5 and pgxpool).
+// Import it for its side effect of registering the postgres:// and
+// postgresql:// URL schemes, or call OpenLocker with an existing pool.
+//
+// # URLs
+//
+//	postgres://user:password@host:port/database?strategy=forupdate
+//	postgresql://user:password@host:port/database?sslmode=disable&strategy=advisory
+//
+// Everything but dlock's parameters is handed to pgxpool.ParseConfig, so
+// libpq-style hosts, ports and settings work as they do in pgx. dlock's
+// parameters:
+//
+//   - strategy: forupdate (default), version or advisory.
+//   - table: the lock table, "table" or "schema.table" (default
+//     dlock_locks for forupdate, dlock_locks_<strategy> for the others; see
+//     Tables); letters, digits and underscores only.
+//   - migrate: create the table and its sequence if missing (default
+//     true); with migrate=false they must exist (see Schema).
+//
+// The other parameters must be ones pgx or pgxpool know: the libpq
+// connection keywords (sslmode, sslrootcert, connect_timeout,
+// target_session_attrs, application_name, options, …), pgx's
+// (statement_cache_capacity, default_query_exec_mode, …) and pgxpool's
+// (pool_max_conns, pool_min_conns, pool_max_conn_idle_time, …). Any other
+// parameter is an error, as in libpq: pgx would send it to the server as a
+// setting, where a misspelt dlock parameter would fail late and obscurely.
+// Server settings go through options=-c name=value, or search_path,
+// timezone and client_encoding, which are accepted as they are.
+// pool_max_conns defaults to 32 (each held forupdate or advisory lease
+// pins one connection).
+//
+// Open connects (and creates the table) before it returns, so a wrong
+// address or password fails there. The password never appears in an
+// error.
+//
+// # Strategies
+//
+//   - forupdate (default): a row of the lock table locked with
+//     SELECT … FOR UPDATE (NOWAIT for TryAcquire) in a transaction kept
+//     open on a connection pinned for the lease. Waiters wait in the
+//     server's row-lock queue; Acquire's wait is bounded by the context's
+//     deadline (lock_timeout) and cut short by its cancellation. Release
+//     commits. The session sets idle_in_transaction_session_timeout to the
+//     lease TTL: a holder that stops talking (paused, partitioned) loses the
+//     lock after the TTL; a holder whose process dies loses it at once (its
+//     connection closes). The keep-alive (every TTL/3) pings the pinned
+//     connection, which restarts that timer. Two round trips per acquire
+//     (a pgx batch: BEGIN, set_config, the locking UPDATE; then a commit
+//     with synchronous_commit on, on another connection of the pool, that
+//     makes the token's sequence value durable before it is returned, so
+//     that a crash of the server during the lease cannot hand the same
+//     token out again) and one per release. A held lease pins one
+//     connection, and the pool keeps one free for that commit: a pool of
+//     pool_max_conns=N holds at most N-1 forupdate leases at once (N = 1
+//     is an error wrapping ErrInvalidOption).
+//   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
+//     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
+//     computed by the server's clock; refresh and release are conditional
+//     on the grant's token. No connection is pinned. Waiters are woken by
+//     LISTEN/NOTIFY (one listening connection per Locker, one channel per
+//     lock table, the payload is the name) and by the holder's remaining
+//     TTL when it expires without a release.
+//   - advisory: pg_advisory_lock on a pinned connection (the 64-bit key
+//     is the first 8 bytes of SHA-256 over the table's and the lock's
+//     names: two names collide with probability 2^-64 per pair, and then
+//     merely exclude each other). The session sets idle_session_timeout
+//     (PostgreSQL 14 or later) to the TTL.
+//
+// # Guarantees
+//
+// Every strategy's token comes from the sequence <table>_fence (created
+// starting at the server's clock in microseconds, so that a sequence
+// dropped and created again goes on above the old one's tokens), whose
+// values are never rolled back or reused: a holder whose transaction died
+// with its connection cannot share its token with the next holder.
+// forupdate and version also write the token to the name's row (column
+// fence); advisory writes no row.
+//
+// TTLs (Capabilities.MinTTL and MaxTTL): forupdate accepts 50ms to
+// 2147483647ms and advisory 5ms to 2147483647ms (the idle timeouts are
+// int32 milliseconds; a forupdate grant waits idle in its transaction
+// while its token is made durable, which a shorter TTL does not survive);
+// version accepts 5ms to 10 years. A TTL outside is ErrInvalidOption
+// before any server call. When a forupdate or advisory lease ends for its
+// holder (its deadline passed unrefreshed) the driver closes its
+// connection at that moment, so the server frees the lock then. A
+// cancelled version attempt whose reply was lost is undone by a clean-up
+// keyed by a nonce the attempt wrote to the row. The driver never ends a
+// backend by its pid (after a restart a pid may be another client's): it
+// cancels with the backend's own secret key and closes its connection.
+//
+// A lease is not bound to the server's clock but to its connection: a
+// broken connection is a lost lease (Lease.Done closes as soon as the
+// keep-alive finds it). Capabilities.SessionBound is false all the same:
+// the server frees a silent holder after its idle timeout, which the TTL
+// sets, so the portable layer's TTL deadline is the right, conservative
+// bound for the holder (every statement on the pinned connection restarts
+// the server's timer).
+//
+// # Tables
+//
+// One table serves one strategy: a row lock, a lease row and an advisory
+// lock do not see each other, so two strategies on one table would both
+// hold one name. The first Locker to use a table records its strategy in
+// it (the row of the empty name, which is no lock name); a Locker of
+// another strategy on that table fails with ErrInvalidOption. Without a
+// table parameter (or with table=dlock_locks) forupdate uses dlock_locks
+// and the others dlock_locks_version and dlock_locks_advisory. Table names
+// are unquoted identifiers, folded to lower case as PostgreSQL folds them
+// ("Locks" is locks), and resolved by the server (search_path) before
+// anything is derived from them: table=locks and table=public.locks are
+// one table and one set of advisory keys.
+package postgres
