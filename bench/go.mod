@@ -14,15 +14,16 @@ require (
 	// peer. Pinned: v4.16+ require rueidiscompat versions (v1.0.71+) that the module proxy
 	// refuses (403), so `go mod tidy` fails with them; v4.15.0 tidies cleanly.
 	github.com/go-redsync/redsync/v4 v4.15.0
-	github.com/go-sql-driver/mysql v1.10.1
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // peer (zk.Lock) and the ZooKeeper floor
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sys v0.48.0
 )
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect

@@ -2,18 +2,15 @@ package faults
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
-
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -32,17 +29,17 @@ type Backend struct {
 }
 
 // Backends returns every backend the suite knows, in the order it runs
-// them. A backend whose driver is not linked into the binary is reported
-// as skipped by Suite.
+// them: rows of the one backend table (internal/backendtest). A backend
+// whose driver is not linked into the binary is reported as skipped by
+// Suite.
 func Backends() []*Backend {
-	return []*Backend{
-		{Name: "redis", Scheme: "redis", Kind: testenv.KindRedis, Start: startRedis},
-		{Name: "redlock", Scheme: "redlock", Kind: testenv.KindRedis, Start: startRedlock},
-		{Name: "zookeeper", Scheme: "zk", Kind: testenv.KindZooKeeper, Start: startZooKeeper},
-		{Name: "zookeeper-ensemble", Scheme: "zk", Kind: testenv.KindZooKeeper, Start: startZKEnsemble},
-		{Name: "postgres", Scheme: "postgres", Kind: testenv.KindPostgres, Start: startPostgres},
-		{Name: "mysql", Scheme: "mysql", Kind: testenv.KindMySQL, Start: startMySQL},
+	var out []*Backend
+	for _, name := range []string{"redis", "redlock", "zookeeper", "zookeeper-ensemble", "postgres", "mysql"} {
+		kb := backendtest.Lookup(name)
+		out = append(out, &Backend{Name: kb.Name, Kind: kb.Kind, Scheme: kb.Scheme,
+			Start: func(ctx context.Context) ([]*Target, func(), error) { return start(ctx, kb) }})
 	}
+	return out
 }
 
 // BackendByName returns the backend called name, or nil.
@@ -53,6 +50,60 @@ func BackendByName(name string) *Backend {
 		}
 	}
 	return nil
+}
+
+// serverOptions are the settings of the suite's servers: every
+// acknowledged write survives a crash of the server alone, as a
+// production server's settings would (Redis appendfsync always, so that a
+// restart keeps the lock and its fence counter; PostgreSQL
+// synchronous_commit on), and a short ZooKeeper session, so that a dead
+// holder's lock frees in about a second.
+var serverOptions = &backendtest.Options{Persistence: true, SynchronousCommit: true, SessionTimeout: 2 * time.Second}
+
+// start starts kb's servers and makes a target of each SQL strategy, or of
+// the default (ZooKeeper's basic recipe is kept for comparison, not for
+// fault runs).
+func start(ctx context.Context, kb *backendtest.Backend) ([]*Target, func(), error) {
+	env, err := kb.Start(ctx, serverOptions)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cl closer
+	cl.add(env.Close)
+	strategies := []string{""}
+	if kb.Param == "strategy" {
+		strategies = kb.Strategies
+	}
+	var ts []*Target
+	for _, st := range strategies {
+		url := env.URL(st)
+		kh := env.Hooks(url)
+		cl.add(kh.Close)
+		hooks := Hooks{Servers: len(env.Servers), Restart: kh.Restart, Leader: kh.Leader, ExpireEarly: kh.ExpireEarly}
+		if r := kh.RestartReusingIDs; r != nil {
+			hooks.RestartReusingIDs = func(ctx context.Context) (Bystanders, error) {
+				b, err := r(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return b, nil
+			}
+		}
+		if kb.Name == "redis" {
+			hooks.Evict, hooks.Failover = redisFaults(env.Servers[0], &cl)
+		}
+		name := kb.Name
+		if st != "" {
+			name += "/" + st
+		}
+		t, err := newTarget(ctx, name, url, env.Upstreams, hooks)
+		if err != nil {
+			cl.close()
+			return nil, nil, err
+		}
+		ts = append(ts, t)
+	}
+	return ts, cl.close, nil
 }
 
 // newTarget opens url once to learn the backend's capabilities.
@@ -90,60 +141,23 @@ func (c *closer) close() {
 	}
 }
 
-func restartOf(servers []*testenv.Server) func(ctx context.Context, i int) error {
-	return func(ctx context.Context, i int) error {
-		if i < 0 {
-			var errs []error
-			for j := range servers {
-				errs = append(errs, servers[j].Kill())
-			}
-			for j := range servers {
-				errs = append(errs, servers[j].Start(ctx))
-			}
-			return errors.Join(errs...)
-		}
-		if err := servers[i].Kill(); err != nil {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond) // down for a moment, not just a blip
-		return servers[i].Start(ctx)
-	}
-}
-
-func startRedis(ctx context.Context) ([]*Target, func(), error) {
-	var cl closer
-	// Persistence (appendfsync always) so that a restart keeps the lock
-	// and its fence counter: without it a restart forgets both, as the
-	// Redis documentation warns.
-	s, err := testenv.StartRedis(ctx, &testenv.RedisOptions{Persistence: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	cl.add(s.Close)
+// redisFaults are the fault hooks of a single Redis server that are
+// server manipulations, not the driver's layout: eviction under
+// maxmemory, and a failover to a replica that missed the latest writes.
+func redisFaults(s *testenv.Server, cl *closer) (evictFn, failoverFn func(ctx context.Context, x *Injection) error) {
 	primary := s
 	var mu sync.Mutex
-	hooks := Hooks{
-		Servers: 1,
-		Restart: restartOf([]*testenv.Server{s}),
-		Evict: func(ctx context.Context, x *Injection) error {
-			return evict(ctx, x, s.Addr)
-		},
-		Failover: func(ctx context.Context, x *Injection) error {
-			mu.Lock()
-			defer mu.Unlock()
-			next, err := failover(ctx, x, primary, &cl)
-			if err == nil {
-				primary = next
-			}
-			return err
-		},
+	evictFn = func(ctx context.Context, x *Injection) error { return evict(ctx, x, s.Addr) }
+	failoverFn = func(ctx context.Context, x *Injection) error {
+		mu.Lock()
+		defer mu.Unlock()
+		next, err := failover(ctx, x, primary, cl)
+		if err == nil {
+			primary = next
+		}
+		return err
 	}
-	t, err := newTarget(ctx, "redis", s.URL, []string{s.Addr}, hooks)
-	if err != nil {
-		cl.close()
-		return nil, nil, err
-	}
-	return []*Target{t}, cl.close, nil
+	return evictFn, failoverFn
 }
 
 // evict fills the server at addr beyond a maxmemory limit just above its
@@ -235,254 +249,4 @@ func failover(ctx context.Context, x *Injection, primary *testenv.Server, cl *cl
 		return nil, err
 	}
 	return rep, nil
-}
-
-// expireEarly makes every volatile key of the Redis server at addr whose
-// name contains name expire now: the lock key, whatever the driver calls
-// it, but not its fence counter (which has no TTL).
-func expireEarly(ctx context.Context, addr, name string) error {
-	const script = `local n=0 local cur='0' repeat local r=redis.call('SCAN',cur,'MATCH',ARGV[1],'COUNT',1000) cur=r[1] for _,k in ipairs(r[2]) do if redis.call('PTTL',k)>0 then redis.call('PEXPIRE',k,1) n=n+1 end end until cur=='0' return n`
-	_, err := testenv.RedisDo(ctx, addr, "EVAL", script, "0", "*"+globEscape(name)+"*")
-	return err
-}
-
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-func startRedlock(ctx context.Context) ([]*Target, func(), error) {
-	var cl closer
-	var servers []*testenv.Server
-	var addrs []string
-	for range 3 {
-		s, err := testenv.StartRedis(ctx, &testenv.RedisOptions{Persistence: true})
-		if err != nil {
-			cl.close()
-			return nil, nil, err
-		}
-		cl.add(s.Close)
-		servers = append(servers, s)
-		addrs = append(addrs, s.Addr)
-	}
-	hooks := Hooks{
-		Servers: len(servers),
-		Restart: restartOf(servers),
-		ExpireEarly: func(ctx context.Context, i int, name string) error {
-			return expireEarly(ctx, servers[i].Addr, name)
-		},
-	}
-	t, err := newTarget(ctx, "redlock", "redlock://"+strings.Join(addrs, ","), addrs, hooks)
-	if err != nil {
-		cl.close()
-		return nil, nil, err
-	}
-	return []*Target{t}, cl.close, nil
-}
-
-// zkParams are the URL parameters of the ZooKeeper targets: a short
-// session so that a dead holder's lock frees in about a second.
-var zkParams = "?session_timeout=2s"
-
-func startZooKeeper(ctx context.Context) ([]*Target, func(), error) {
-	s, err := testenv.StartZooKeeper(ctx, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	hooks := Hooks{Servers: 1, Restart: restartOf([]*testenv.Server{s})}
-	t, err := newTarget(ctx, "zookeeper", s.URL+zkParams, []string{s.Addr}, hooks)
-	if err != nil {
-		_ = s.Close()
-		return nil, nil, err
-	}
-	return []*Target{t}, func() { _ = s.Close() }, nil
-}
-
-func startZKEnsemble(ctx context.Context) ([]*Target, func(), error) {
-	e, err := testenv.StartZooKeeperEnsemble(ctx, 3, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	restart := restartOf(e.Servers)
-	hooks := Hooks{
-		Servers: len(e.Servers),
-		Restart: func(ctx context.Context, i int) error {
-			if err := restart(ctx, i); err != nil {
-				return err
-			}
-			return e.WaitServing(ctx)
-		},
-		Leader: func(ctx context.Context) (int, error) {
-			l, err := e.Leader()
-			if err != nil {
-				return 0, err
-			}
-			for i, s := range e.Servers {
-				if s == l {
-					return i, nil
-				}
-			}
-			return 0, errors.New("faults: zookeeper: leader not a member")
-		},
-	}
-	t, err := newTarget(ctx, "zookeeper-ensemble", e.URL+zkParams, e.Addrs, hooks)
-	if err != nil {
-		_ = e.Close()
-		return nil, nil, err
-	}
-	return []*Target{t}, func() { _ = e.Close() }, nil
-}
-
-// sqlTargets makes one target per strategy of a SQL server.
-func sqlTargets(ctx context.Context, backend string, s *testenv.Server, strategies []string) ([]*Target, error) {
-	hooks := Hooks{Servers: 1, Restart: restartOf([]*testenv.Server{s})}
-	var ts []*Target
-	for _, st := range strategies {
-		sep := "?"
-		if strings.Contains(s.URL, "?") {
-			sep = "&"
-		}
-		t, err := newTarget(ctx, backend+"/"+st, s.URL+sep+"strategy="+st, []string{s.Addr}, hooks)
-		if err != nil {
-			return nil, err
-		}
-		ts = append(ts, t)
-	}
-	return ts, nil
-}
-
-func startPostgres(ctx context.Context) ([]*Target, func(), error) {
-	// synchronous_commit on (fsync stays off): a commit is written to the
-	// operating system before it is acknowledged, so that a crash of the
-	// server alone (the restart fault) keeps every committed token, as a
-	// production server's settings would.
-	s, err := testenv.StartPostgres(ctx, &testenv.PGOptions{Config: []string{"synchronous_commit=on"}})
-	if err != nil {
-		return nil, nil, err
-	}
-	ts, err := sqlTargets(ctx, "postgres", s, []string{"forupdate", "version", "advisory"})
-	if err != nil {
-		_ = s.Close()
-		return nil, nil, err
-	}
-	return ts, func() { _ = s.Close() }, nil
-}
-
-func startMySQL(ctx context.Context) ([]*Target, func(), error) {
-	s, err := testenv.StartMySQL(ctx, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	ts, err := sqlTargets(ctx, "mysql", s, []string{"forupdate", "version", "getlock"})
-	if err != nil {
-		_ = s.Close()
-		return nil, nil, err
-	}
-	for _, t := range ts {
-		t.Hooks.RestartReusingIDs = mysqlRestartReusingIDs(s)
-	}
-	return ts, func() { _ = s.Close() }, nil
-}
-
-// mysqlRestartReusingIDs restarts a MySQL/MariaDB server, whose connection
-// ids start again from 1, and then opens connections until it holds one
-// with every id that a client session had before the restart.
-func mysqlRestartReusingIDs(s *testenv.Server) func(ctx context.Context) (Bystanders, error) {
-	restart := restartOf([]*testenv.Server{s})
-	return func(ctx context.Context) (Bystanders, error) {
-		db, err := sql.Open("mysql", s.DSN)
-		if err != nil {
-			return nil, err
-		}
-		var old []int64
-		rows, err := db.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Daemon', 'Binlog Dump') AND USER NOT IN ('system user', 'event_scheduler')")
-		if err == nil {
-			for rows.Next() {
-				var id int64
-				if err = rows.Scan(&id); err != nil {
-					break
-				}
-				old = append(old, id)
-			}
-			err = errors.Join(err, rows.Err(), rows.Close())
-		}
-		_ = db.Close()
-		if err != nil {
-			return nil, fmt.Errorf("faults: mysql: client sessions: %w", err)
-		}
-		if err := restart(ctx, 0); err != nil {
-			return nil, err
-		}
-		by := &mysqlBystanders{want: map[int64]bool{}, conns: map[int64]*sql.Conn{}}
-		if by.db, err = sql.Open("mysql", s.DSN); err != nil {
-			return nil, err
-		}
-		by.db.SetMaxIdleConns(0) // a closed Conn ends its session: its id is not reused by the pool
-		var hi int64
-		for _, id := range old {
-			by.want[id] = true
-			hi = max(hi, id)
-		}
-		// Open connections until the server's ids pass the highest old
-		// one; keep those with an old id, close the others.
-		for id := int64(0); id < hi; {
-			c, err := by.db.Conn(ctx)
-			if err != nil {
-				_ = by.Close()
-				return nil, fmt.Errorf("faults: mysql: bystander session: %w", err)
-			}
-			if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
-				_ = c.Close()
-				_ = by.Close()
-				return nil, fmt.Errorf("faults: mysql: bystander session: %w", err)
-			}
-			if by.want[id] {
-				by.conns[id] = c
-			} else {
-				_ = c.Close()
-			}
-		}
-		return by, nil
-	}
-}
-
-// mysqlBystanders are sessions holding the ids that clients had before a
-// restart (some ids may have gone to clients' own new sessions instead).
-type mysqlBystanders struct {
-	db    *sql.DB
-	want  map[int64]bool
-	conns map[int64]*sql.Conn
-}
-
-func (b *mysqlBystanders) IDs() []int64 {
-	ids := make([]int64, 0, len(b.conns))
-	for id := range b.conns {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-func (b *mysqlBystanders) Ended(ctx context.Context) ([]int64, error) {
-	var ended []int64
-	for _, id := range b.IDs() {
-		var got int64
-		if err := b.conns[id].QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&got); err != nil || got != id {
-			ended = append(ended, id)
-		}
-	}
-	return ended, nil
-}
-
-func (b *mysqlBystanders) Close() error {
-	for _, c := range b.conns {
-		_ = c.Close()
-	}
-	return b.db.Close()
 }

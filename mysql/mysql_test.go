@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/mysql"
@@ -20,16 +21,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
-func TestBasic(t *testing.T) {
-	srv := testenv.MySQL(t)
-	for _, s := range sqltest.Strategies("getlock") {
-		t.Run(s, func(t *testing.T) { sqltest.Basic(t, sqltest.WithParams(srv.URL, "strategy", s)) })
-	}
-}
+func TestBasic(t *testing.T) { sqltest.EachStrategy(t, testenv.MySQL(t).URL, "getlock", sqltest.Basic) }
 
 func TestConformance(t *testing.T) {
-	srv := testenv.MySQL(t)
-	sqltest.Conformance(t, srv.URL, srv.Addr, sqltest.Strategies("getlock"), conformance.WithTTL(time.Second))
+	backendtest.EachStrategy(t, backendtest.Lookup("mysql"), conformance.WithTTL(time.Second))
 }
 
 func openDB(t *testing.T, dsn string) *sql.DB {
@@ -83,15 +78,12 @@ func TestPausedHolderFencedWrite(t *testing.T) {
 		INSERT IGNORE INTO accounts VALUES (1, 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range sqltest.Strategies("getlock") {
-		t.Run(s, func(t *testing.T) {
-			// wait_timeout counts whole seconds.
-			sqltest.PausedHolder(t, sqltest.WithParams(srv.URL, "strategy", s), time.Second, time.Second,
-				func(ctx context.Context, token uint64) (bool, error) {
-					return mysql.FencedUpdate(ctx, db, "accounts", "fence", token, "balance = balance + ?", "id = ?", 1, 1)
-				})
+	sqltest.EachStrategy(t, srv.URL, "getlock", func(t *testing.T, rawURL string) {
+		// wait_timeout counts whole seconds.
+		sqltest.PausedHolder(t, rawURL, time.Second, time.Second, func(ctx context.Context, token uint64) (bool, error) {
+			return mysql.FencedUpdate(ctx, db, "accounts", "fence", token, "balance = balance + ?", "id = ?", 1, 1)
 		})
-	}
+	})
 }
 
 func TestLongNames(t *testing.T) {
@@ -163,12 +155,10 @@ func TestSharedTable(t *testing.T) {
 func TestRecreatedCounter(t *testing.T) {
 	srv := testenv.MySQL(t)
 	db := openDB(t, srv.DSN)
-	for _, s := range sqltest.Strategies("getlock") {
-		t.Run(s, func(t *testing.T) {
-			sqltest.RecreatedCounter(t, sqltest.WithParams(srv.URL, "strategy", s), func(ctx context.Context, table string) error {
-				_, err := db.ExecContext(ctx, "DROP TABLE "+table+", "+table+"_fence")
-				return err
-			})
+	sqltest.EachStrategy(t, srv.URL, "getlock", func(t *testing.T, rawURL string) {
+		sqltest.RecreatedCounter(t, rawURL, func(ctx context.Context, table string) error {
+			_, err := db.ExecContext(ctx, "DROP TABLE "+table+", "+table+"_fence")
+			return err
 		})
-	}
+	})
 }

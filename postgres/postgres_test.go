@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/postgres"
@@ -20,18 +21,14 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 func TestBasic(t *testing.T) {
-	srv := testenv.Postgres(t)
-	for _, s := range sqltest.Strategies("advisory") {
-		t.Run(s, func(t *testing.T) { sqltest.Basic(t, sqltest.WithParams(srv.URL, "strategy", s)) })
-	}
+	sqltest.EachStrategy(t, testenv.Postgres(t).URL, "advisory", sqltest.Basic)
 }
 
 func TestConformance(t *testing.T) {
-	srv := testenv.Postgres(t)
 	// A 1s TTL: with 500ms, under -race, the first winner of 100
 	// concurrent TryAcquires on fresh connections can expire (for real,
 	// on the server) before the last of them has connected.
-	sqltest.Conformance(t, srv.URL, srv.Addr, sqltest.Strategies("advisory"), conformance.WithTTL(time.Second))
+	backendtest.EachStrategy(t, backendtest.Lookup("postgres"), conformance.WithTTL(time.Second))
 }
 
 func TestPoolLeak(t *testing.T) {
@@ -98,14 +95,11 @@ func TestPausedHolderFencedWrite(t *testing.T) {
 		INSERT INTO accounts VALUES (1, 0, 0) ON CONFLICT DO NOTHING`); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range sqltest.Strategies("advisory") {
-		t.Run(s, func(t *testing.T) {
-			sqltest.PausedHolder(t, sqltest.WithParams(srv.URL, "strategy", s), time.Second, time.Millisecond,
-				func(ctx context.Context, token uint64) (bool, error) {
-					return postgres.FencedUpdate(ctx, p, "public.accounts", "fence", token, "balance = balance + $1", "id = $2", 1, 1)
-				})
+	sqltest.EachStrategy(t, srv.URL, "advisory", func(t *testing.T, rawURL string) {
+		sqltest.PausedHolder(t, rawURL, time.Second, time.Millisecond, func(ctx context.Context, token uint64) (bool, error) {
+			return postgres.FencedUpdate(ctx, p, "public.accounts", "fence", token, "balance = balance + $1", "id = $2", 1, 1)
 		})
-	}
+	})
 }
 
 // TestForUpdateNeedsTwoConns: a forupdate lease pins a connection and its
@@ -158,12 +152,10 @@ func TestRecreatedCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for _, s := range sqltest.Strategies("advisory") {
-		t.Run(s, func(t *testing.T) {
-			sqltest.RecreatedCounter(t, sqltest.WithParams(srv.URL, "strategy", s), func(ctx context.Context, table string) error {
-				_, err := p.Exec(ctx, "DROP TABLE "+table+"; DROP SEQUENCE "+table+"_fence")
-				return err
-			})
+	sqltest.EachStrategy(t, srv.URL, "advisory", func(t *testing.T, rawURL string) {
+		sqltest.RecreatedCounter(t, rawURL, func(ctx context.Context, table string) error {
+			_, err := p.Exec(ctx, "DROP TABLE "+table+"; DROP SEQUENCE "+table+"_fence")
+			return err
 		})
-	}
+	})
 }

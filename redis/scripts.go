@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // The scripts run with EVALSHA; goredis.Script.Run falls back to EVAL when
@@ -28,19 +30,14 @@ var (
 	inspectScript = goredis.NewScript(inspectLua)
 )
 
-// keys are the Redis keys and channels of one lock name. The name sits in
-// a hash tag, so that in a Redis Cluster all of them hash to one slot,
-// which the scripts need (they touch them together).
-type keys struct {
-	lock    string // <prefix>{<name>}: the owner value, with the lease's PX
-	fence   string // <prefix>{<name>}:fence: the INCR fencing counter, never expires
-	queue   string // <prefix>{<name>}:q: Lockers with waiters, by registration expiry
-	channel string // <prefix>{<name>}:rel: Locker L is woken on <channel>:L
-}
+// keys are the Redis keys and channels of one lock name, as layout.Redis
+// describes them: the layout is written once, in internal/layout, which
+// the test hooks that reach behind a holder's back use too.
+type keys struct{ lock, fence, queue, channel string }
 
 func keysFor(prefix, name string) keys {
-	lock := prefix + "{" + escapeTag(name) + "}"
-	return keys{lock: lock, fence: lock + ":fence", queue: lock + ":q", channel: lock + ":rel"}
+	k := layout.RedisKeys(prefix, name)
+	return keys{lock: k.Lock, fence: k.Fence, queue: k.Queue, channel: k.Channel}
 }
 
 // Waiter registration: a TryAcquire that fails while its Locker has waiters
@@ -62,18 +59,6 @@ const (
 type registration struct {
 	id   string
 	last bool
-}
-
-// escapeTag makes a name safe inside a hash tag. A hash tag ends at the
-// first '}', so a '}' in the name would end it early (and a name starting
-// with '}' would make the tag empty, scattering the keys over slots). '}'
-// becomes %7D and '%' becomes %25, which keeps the mapping one-to-one. Names
-// without either character are used as they are.
-func escapeTag(name string) string {
-	if !strings.ContainsAny(name, "}%") {
-		return name
-	}
-	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(name)
 }
 
 // MaxTTL is the longest lease the driver accepts: the largest whole number

@@ -6,71 +6,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
-// escapeName maps a lock name onto one valid znode name, injectively:
-//
-//   - '%' and '/' are percent-escaped (%25, %2F), as is every byte of a code
-//     point that ZooKeeper refuses in a path: U+0000–U+001F, U+007F–U+009F,
-//     U+D800–U+F8FF, U+FFF0–U+FFFF, and everything above U+FFFF (the server
-//     checks Java UTF-16 units, and such code points are surrogate pairs);
-//   - the names "." and ".." become "%2E" and "%2E%2E";
-//   - every other character stands for itself, so readable names stay
-//     readable in zkCli.
-//
-// Because '%' is always escaped, unescapeName inverts it exactly, which makes
-// the mapping injective: two lock names never share a znode. The reserved
-// "/zookeeper" subtree cannot be reached: a lock's node is always below a
-// prefix that is not the root (validatePrefix).
-func escapeName(name string) string {
-	if name == "." || name == ".." {
-		return strings.Repeat("%2E", len(name))
-	}
-	var b strings.Builder
-	b.Grow(len(name))
-	for i := 0; i < len(name); {
-		r, size := utf8.DecodeRuneInString(name[i:])
-		if r == '%' || r == '/' || forbiddenRune(r) || (r == utf8.RuneError && size == 1) {
-			for _, c := range []byte(name[i : i+size]) {
-				fmt.Fprintf(&b, "%%%02X", c)
-			}
-		} else {
-			b.WriteString(name[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// unescapeName inverts escapeName.
-func unescapeName(s string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", fmt.Errorf("zookeeper: truncated escape in %q", s)
-		}
-		var c byte
-		if _, err := fmt.Sscanf(s[i+1:i+3], "%02X", &c); err != nil {
-			return "", fmt.Errorf("zookeeper: bad escape in %q", s)
-		}
-		b.WriteByte(c)
-		i += 2
-	}
-	return b.String(), nil
-}
-
-// forbiddenRune reports whether ZooKeeper's PathUtils.validatePath refuses r
-// (it checks UTF-16 units; code points above U+FFFF are surrogates there).
-func forbiddenRune(r rune) bool {
-	return r < 0x20 ||
-		(r >= 0x7F && r <= 0x9F) ||
-		(r >= 0xD800 && r <= 0xF8FF) ||
-		r >= 0xFFF0
-}
+// escapeName maps a lock name onto one valid znode name, injectively. The
+// layout is written once, in internal/layout, which the test hooks that
+// reach behind a holder's back use too.
+func escapeName(name string) string { return layout.ZooKeeperName(name) }
 
 // validatePrefix checks the path under which lock nodes live: absolute, not
 // the root, not in the reserved /zookeeper subtree, no empty, "." or ".."
@@ -97,7 +39,7 @@ func validatePrefix(p string) error {
 			return bad("relative path element")
 		}
 		for _, r := range el {
-			if forbiddenRune(r) {
+			if layout.ZooKeeperForbidden(r) {
 				return bad(fmt.Sprintf("character %U is not allowed in a znode path", r))
 			}
 		}

@@ -4,82 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
-// trickyNames are names that a naive mapping would get wrong.
-var trickyNames = []string{
-	"a", "orders/42", "/", "//", "a/", "/a", ".", "..", "...", "./a", "a/..", "%", "%2F", "%252F", "%2E", "%2E%2E",
-	"zookeeper", "/zookeeper", "zookeeper/quota", "a b", "tab\there", "nul\x00byte", "\x01\x1f\x7f",
-	"\u0080\u009f", "é", "中文", "\U0001F600", "\uE000", "\uF8FF", "\uF900", "\uFFEF", "\uFFF0", "\uFFFD", "\uFFFF",
-	"_c_0123456789abcdef0123456789abcdef-lock-0000000001", "lock", strings.Repeat("x", 1024),
-	// The longest escapes: 1024 bytes that all need escaping (3072 bytes).
-	strings.Repeat("\U0001F600", 256), strings.Repeat("\x01", 1024), strings.Repeat("/", 1024),
-}
-
-// validZnodeName mirrors ZooKeeper's PathUtils.validatePath for one path
-// element.
-func validZnodeName(s string) bool {
-	if s == "" || s == "." || s == ".." || strings.Contains(s, "/") || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r == 0 || forbiddenRune(r) {
-			return false
-		}
-	}
-	return true
-}
-
-func TestEscapeRoundTripAndInjective(t *testing.T) {
-	seen := make(map[string]string)
-	for _, name := range trickyNames {
-		esc := escapeName(name)
-		if !validZnodeName(esc) {
-			t.Errorf("escapeName(%q) = %q: not a valid znode name", name, esc)
-		}
-		back, err := unescapeName(esc)
-		if err != nil || back != name {
-			t.Errorf("unescapeName(escapeName(%q)) = %q, %v", name, back, err)
-		}
-		if prev, dup := seen[esc]; dup {
-			t.Errorf("%q and %q both escape to %q", prev, name, esc)
-		}
-		seen[esc] = name
-	}
-	// Readable names stay readable.
-	for _, name := range []string{"orders-42", "é", "中文", "zookeeper", "a.b", "..."} {
-		if got := escapeName(name); got != name {
-			t.Errorf("escapeName(%q) = %q, want it unchanged", name, got)
-		}
-	}
-	// The worst case stays within 3 bytes per input byte.
-	worst := strings.Repeat("\U0001F600", 256) // 1024 bytes
-	if n := len(escapeName(worst)); n != 3*1024 {
-		t.Errorf("escaped worst case is %d bytes, want %d", n, 3*1024)
-	}
-}
-
-func FuzzEscape(f *testing.F) {
-	for _, n := range trickyNames {
-		f.Add(n)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		if name == "" {
-			return
-		}
-		esc := escapeName(name)
-		if !validZnodeName(esc) {
-			t.Fatalf("escapeName(%q) = %q: not a valid znode name", name, esc)
-		}
-		back, err := unescapeName(esc)
-		if err != nil || back != name {
-			t.Fatalf("round trip of %q gave %q, %v", name, back, err)
-		}
-	})
-}
+// trickyNames are names that a naive mapping would get wrong (the escape
+// itself is tested in internal/layout).
+var trickyNames = layout.TrickyNames
 
 func TestValidatePrefix(t *testing.T) {
 	for _, p := range []string{"/dlock", "/a/b/c", "/é", "/a.b", "/zookeeperx"} {

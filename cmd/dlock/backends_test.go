@@ -15,159 +15,66 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
-// backend is one lock service the command is tested against.
+// backend is one lock service the command is tested against: a row of
+// the backend table (internal/backendtest) with one of its strategies.
 type backend struct {
-	name   string
-	scheme string
-	// servers returns the servers (shared: no case harms a server).
-	servers func(t *testing.T) []*testenv.Server
-	// url returns the dlock URL for the servers.
-	url func(s []*testenv.Server) string
+	name     string
+	kit      *backendtest.Backend
+	strategy string // "" for the default: the URL has no strategy parameter
 	// ttl is the -ttl of the crash and lost-lease cases: short, so that
 	// TTL-bound backends free a crashed holder's lock quickly.
 	ttl time.Duration
-	// revoke drops the current lease of name behind its holder's back, as
-	// the server would (the fault hook of the lost-lease case).
-	revoke func(t *testing.T, ctx context.Context, f *fixture, name string)
 }
 
-var keyValueBackends = []backend{
-	{
-		name:    "redis",
-		scheme:  "redis",
-		servers: one(testenv.Redis),
-		url:     firstURL,
-		ttl:     2 * time.Second,
-		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
-			// The redis driver's documented key layout: <prefix>{<name>}.
-			n, err := testenv.RedisDo(ctx, f.srvs[0].Addr, "DEL", "dlock:{"+name+"}")
-			if err != nil || n != int64(1) {
-				t.Fatalf("revoke: DEL dlock:{%s} = %v, %v; want 1 (key layout changed?)", name, n, err)
-			}
-		},
-	},
-	{
-		name:    "redlock",
-		scheme:  "redlock",
-		servers: func(t *testing.T) []*testenv.Server { return testenv.RedisNodes(t, 3) },
-		url: func(s []*testenv.Server) string {
-			addrs := make([]string, len(s))
-			for i, n := range s {
-				addrs[i] = n.Addr
-			}
-			return "redlock://" + strings.Join(addrs, ",")
-		},
-		ttl: 2 * time.Second,
-		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
-			// The same key on every master: no quorum holds it any more.
-			for _, s := range f.srvs {
-				if _, err := testenv.RedisDo(ctx, s.Addr, "DEL", "dlock:{"+name+"}"); err != nil {
-					t.Fatalf("revoke: DEL on %s: %v", s.Addr, err)
-				}
-			}
-		},
-	},
-	{
-		name:    "zookeeper",
-		scheme:  "zk",
-		servers: one(testenv.ZooKeeper),
-		// A 2s session: a crashed holder's node goes 2s after its last ping.
-		url: func(s []*testenv.Server) string { return s[0].URL + "/dlock?session_timeout=2s" },
-		ttl: 2 * time.Second,
-		revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
-			// Delete the holder's node, as an administrator would: the
-			// zookeeper driver documents /prefix/<escaped name>/<child>.
-			c, _, err := zk.Connect(strings.Split(f.srvs[0].DSN, ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			parent := "/dlock/" + strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
-			kids, _, err := c.Children(parent)
-			if err != nil || len(kids) == 0 {
-				t.Fatalf("revoke: children of %s: %v, %v", parent, kids, err)
-			}
-			for _, k := range kids {
-				if err := c.Delete(parent+"/"+k, -1); err != nil {
-					t.Fatalf("revoke: delete %s: %v", k, err)
-				}
-			}
-		},
-	},
-}
-
-// backends are the ones above and each SQL backend with each strategy:
-// forupdate (the default: a row lock in an open transaction), the native
-// lock (an advisory lock, GET_LOCK), both held by a connection, and version
-// (a lease row with a server-side expiry).
-var backends = slices.Concat(keyValueBackends,
-	sqlBackends("postgres", testenv.Postgres, "forupdate", "advisory", "version"),
-	sqlBackends("mysql", testenv.MySQL, "forupdate", "getlock", "version"))
-
-func sqlBackends(scheme string, server func(testing.TB) *testenv.Server, strategies ...string) []backend {
+// backends are Redis, Redlock, ZooKeeper and each SQL backend with each
+// strategy: forupdate (the default: a row lock in an open transaction),
+// version (a lease row with a server-side expiry) and the native lock (an
+// advisory lock, GET_LOCK), held by a connection. ZooKeeper runs its
+// default recipe.
+func backends() []backend {
 	var out []backend
-	for i, strategy := range strategies {
-		b := backend{
-			name:    scheme + "-" + strategy,
-			scheme:  scheme,
-			servers: one(server),
-			url:     func(s []*testenv.Server) string { return withParam(s[0].URL, "strategy="+strategy) },
-			ttl:     2 * time.Second,
-			revoke: func(t *testing.T, ctx context.Context, f *fixture, name string) {
-				// The SQL drivers' own fault hook: it ends the holder's
-				// session (pg_terminate_backend, KILL) or, for version,
-				// expires the lease row.
-				h, err := sqltest.Maker(f.url, f.srvs[0].Addr, strategy)(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer h.Close()
-				if err := h.(conformance.Revoker).Revoke(ctx, name); err != nil {
-					t.Fatalf("revoke: %v", err)
-				}
-			},
+	for _, name := range []string{"redis", "redlock", "zookeeper", "postgres", "mysql"} {
+		kb := backendtest.Lookup(name)
+		if kb.Param != "strategy" {
+			out = append(out, backend{name: name, kit: kb, ttl: 2 * time.Second})
+			continue
 		}
-		if i == 0 {
-			b.url = firstURL // the default strategy
+		for i, s := range kb.Strategies {
+			b := backend{name: name + "-" + s, kit: kb, strategy: s, ttl: 2 * time.Second}
+			if i == 0 {
+				b.strategy = ""
+			}
+			out = append(out, b)
 		}
-		out = append(out, b)
 	}
 	return out
 }
 
-// one adapts a helper that returns one shared server.
-func one(server func(testing.TB) *testenv.Server) func(*testing.T) []*testenv.Server {
-	return func(t *testing.T) []*testenv.Server { return []*testenv.Server{server(t)} }
-}
+// envOptions: a 2s ZooKeeper session, so that a crashed holder's node goes
+// 2s after its last ping.
+var envOptions = &backendtest.Options{SessionTimeout: 2 * time.Second}
 
-func firstURL(s []*testenv.Server) string { return s[0].URL }
-
-// withParam adds a query parameter to a URL.
-func withParam(u, kv string) string {
-	if strings.Contains(u, "?") {
-		return u + "&" + kv
-	}
-	return u + "?" + kv
-}
-
-type quietZK struct{}
-
-func (quietZK) Printf(string, ...any) {}
-
-// fixture is one backend's server and URL, for the cases.
+// fixture is one backend's servers, URL and hooks, for the cases.
 type fixture struct {
-	b    backend
-	srvs []*testenv.Server
-	url  string
+	b     backend
+	env   *backendtest.Env
+	url   string
+	hooks *backendtest.Hooks
+}
+
+// revoke drops the current lease of name behind its holder's back, as the
+// server would (the fault of the lost-lease cases).
+func (f *fixture) revoke(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if err := f.hooks.Revoke(ctx, name); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
 }
 
 var lockSeq atomic.Int64
@@ -259,17 +166,19 @@ func TestBackends(t *testing.T) {
 		{"CrashFreesLock", testCrashFreesLock},
 		{"Unreachable", testUnreachable},
 	}
-	for _, b := range backends {
+	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			// Backends run side by side (-parallel, GOMAXPROCS by default):
 			// every case uses its own lock names and every fault hook hits
 			// only the holder of its name.
 			t.Parallel()
-			if !slices.Contains(dlock.Schemes(), b.scheme) {
-				t.Fatalf("scheme %s is not compiled into dlock (drivers.go)", b.scheme)
+			if !slices.Contains(dlock.Schemes(), b.kit.Scheme) {
+				t.Fatalf("scheme %s is not compiled into dlock (drivers.go)", b.kit.Scheme)
 			}
-			srvs := b.servers(t)
-			f := &fixture{b: b, srvs: srvs, url: b.url(srvs)}
+			env := b.kit.Shared(t, envOptions)
+			f := &fixture{b: b, env: env, url: env.URL(b.strategy)}
+			f.hooks = env.Hooks(f.url)
+			t.Cleanup(func() { f.hooks.Close() })
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) { c.f(t, f) })
 			}
@@ -280,7 +189,7 @@ func TestBackends(t *testing.T) {
 // testNoWaitRace: two "dlock run -no-wait" at once: exactly one runs
 // COMMAND, the other exits 75 at once with a one-line message.
 func testNoWaitRace(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	procs := map[string]*dlockProc{
 		"a": f.start(t, ctx, name, dir, "a", nil, "-no-wait"),
@@ -323,7 +232,7 @@ func testNoWaitRace(t *testing.T, f *fixture) {
 // testWaitSerializes: dlocks that wait run COMMAND one after the other,
 // never overlapping, and each gets a larger fencing token.
 func testWaitSerializes(t *testing.T, f *fixture) {
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	ids := []string{"a", "b", "c"}
 	var procs []*dlockProc
@@ -371,7 +280,7 @@ func testWaitSerializes(t *testing.T, f *fixture) {
 // testWaitTimeoutAndInterrupt: -wait D gives up with 75 after D; a signal
 // ends a waiting dlock with 128+N; neither runs COMMAND.
 func testWaitTimeoutAndInterrupt(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	holder := f.start(t, ctx, name, dir, "holder", nil)
 	holder.waitStarted(t, ctx, dir, "holder")
@@ -409,7 +318,7 @@ func testWaitTimeoutAndInterrupt(t *testing.T, f *fixture) {
 // testExitStatusAndEnv: COMMAND's status is dlock's; COMMAND sees
 // DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL without the password.
 func testExitStatusAndEnv(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	for _, want := range []int{0, 1, 42} {
 		id := fmt.Sprint("exit", want)
@@ -446,7 +355,7 @@ func testExitStatusAndEnv(t *testing.T, f *fixture) {
 // testSignalsForwarded: signals to dlock reach COMMAND; the lock is
 // released once COMMAND has exited.
 func testSignalsForwarded(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		dir, name := t.TempDir(), f.lockName(t)
 		p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=die"})
@@ -477,7 +386,7 @@ func testSignalsForwarded(t *testing.T, f *fixture) {
 // testStatus: dlock status tells a held lock from a free one and, where
 // the backend knows, the holder and the fence.
 func testStatus(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	if !f.canInspect(t, ctx) {
 		// dlock status must say that nothing is known, and not fail.
@@ -521,12 +430,12 @@ func testStatus(t *testing.T, f *fixture) {
 // testLostLeaseTerminates: when the server drops the lease, COMMAND gets
 // SIGTERM and dlock exits 76 saying the lock was lost.
 func testLostLeaseTerminates(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=exit"}, "-ttl", f.b.ttl.String(), "-grace", "20s")
 	p.waitStarted(t, ctx, dir, "job")
 	t0 := time.Now()
-	f.b.revoke(t, ctx, f, name)
+	f.revoke(t, ctx, name)
 	code := p.wait(t, time.Until(deadline(ctx)))
 	elapsed := time.Since(t0)
 	if code != exitLost {
@@ -552,12 +461,12 @@ func testLostLeaseTerminates(t *testing.T, f *fixture) {
 // testLostLeaseKillsAfterGrace: a COMMAND that ignores SIGTERM gets
 // SIGKILL -grace later.
 func testLostLeaseKillsAfterGrace(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	const grace = 700 * time.Millisecond
 	p := f.start(t, ctx, name, dir, "job", []string{envOnSig + "=ignore"}, "-ttl", f.b.ttl.String(), "-grace", grace.String())
 	pid := p.waitStarted(t, ctx, dir, "job")
-	f.b.revoke(t, ctx, f, name)
+	f.revoke(t, ctx, name)
 	code := p.wait(t, time.Until(deadline(ctx)))
 	exitedAt := time.Now() // at or after dlock's exit
 	if code != exitLost {
@@ -584,7 +493,7 @@ func testLostLeaseKillsAfterGrace(t *testing.T, f *fixture) {
 // testCrashFreesLock: a holder dlock killed with SIGKILL takes COMMAND
 // with it (Linux), and the lock is free within the backend's bound.
 func testCrashFreesLock(t *testing.T, f *fixture) {
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
 	bound := f.crashBound(t, ctx)
 	p := f.start(t, ctx, name, dir, "holder", nil, "-ttl", f.b.ttl.String())
@@ -617,10 +526,10 @@ func testCrashFreesLock(t *testing.T, f *fixture) {
 // testUnreachable: a service that cannot be reached or refuses the
 // credentials gives status 69 and one line without the password.
 func testUnreachable(t *testing.T, f *fixture) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	bad := f.url
-	for i, s := range f.srvs {
-		bad = strings.Replace(bad, s.Addr, fmt.Sprintf("127.0.0.1:%d", i+1), 1)
+	for i, a := range f.env.Upstreams {
+		bad = strings.Replace(bad, a, fmt.Sprintf("127.0.0.1:%d", i+1), 1)
 	}
 	code, _, stderr := runDlock(t, ctx, nil, "run", "-url", bad, "-no-wait", f.lockName(t), "--", "true")
 	if code != exitUnavailable {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/bench"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/testenv"
 
 	// The backends dlockbench measures: every driver registers its schemes.
@@ -99,17 +100,11 @@ func fromTestenv(id string, ts *testenv.Server) *bench.Server {
 	return s
 }
 
-// single starts one server of a family and lists its targets.
-func single(id string, start func(ctx context.Context) (*testenv.Server, error)) func(ctx context.Context) (*started, error) {
-	return func(ctx context.Context) (*started, error) {
-		ts, err := start(ctx)
-		if err != nil {
-			return nil, err
-		}
-		s := fromTestenv(id, ts)
-		targets, skipped := bench.TargetsFor(s)
-		return &started{server: s, targets: targets, skipped: skipped, close: func() { ts.Close() }}, nil
-	}
+// single describes a backend of one server and lists its targets.
+func single(id string, env *backendtest.Env) *started {
+	s := fromTestenv(id, env.Servers[0])
+	targets, skipped := bench.TargetsFor(s)
+	return &started{server: s, targets: targets, skipped: skipped, close: func() { env.Close() }}
 }
 
 // multiNode describes Redlock's masters or a Redis Cluster: one dlock
@@ -143,64 +138,38 @@ func multiNode(id, dlockURL string, nodes []*testenv.Server, closeFn func()) *st
 // the targets on each; a server that cannot start is reported skipped.
 func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 	e.targets = append(e.targets, bench.MemoryTarget())
+	// One row per server setup: a backend of the table
+	// (internal/backendtest), started fresh with its options.
 	type starter struct {
-		family string
-		start  func(ctx context.Context) (*started, error)
+		family  string // the -servers name, the server's id
+		backend string // backendtest's name
+		opts    *backendtest.Options
 	}
 	starters := []starter{
-		{"redis", single("redis", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartRedis(ctx, nil) })},
-		{"zookeeper", single("zookeeper", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartZooKeeper(ctx, nil) })},
-		{"postgres", single("postgres", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartPostgres(ctx, nil) })},
-		{"mysql", single("mysql", func(ctx context.Context) (*testenv.Server, error) { return testenv.StartMySQL(ctx, nil) })},
-		{"zookeeper-fsync", func(ctx context.Context) (*started, error) {
-			// ZooKeeper fsyncs every write by default; testenv's server and
-			// the row above run with forceSync=no. This one measures the
-			// default, on the workloads where it shows.
-			st, err := single("zookeeper-fsync", func(ctx context.Context) (*testenv.Server, error) {
-				return testenv.StartZooKeeper(ctx, &testenv.ZKOptions{ForceSync: true})
-			})(ctx)
-			if err != nil {
-				return nil, err
-			}
-			var kept []bench.Target
-			for _, t := range st.targets {
-				if t.Kind == bench.KindPeer || strings.HasSuffix(t.Name, "/basic") {
-					continue
-				}
-				t.Only = []string{bench.Uncontended, bench.Handoff}
-				t.Note = "ZooKeeper with forceSync=yes (its default: fsync every write)"
-				kept = append(kept, t)
-			}
-			st.targets = kept
-			delete(st.skipped, "zookeeper-fsync/basic")
-			return st, nil
-		}},
-		{"redlock", func(ctx context.Context) (*started, error) {
-			var nodes []*testenv.Server
-			closeAll := func() {
-				for _, n := range nodes {
-					n.Close()
-				}
-			}
-			var addrs []string
-			for range 3 {
-				n, err := testenv.StartRedis(ctx, nil)
-				if err != nil {
-					closeAll()
-					return nil, err
-				}
-				nodes = append(nodes, n)
-				addrs = append(addrs, n.Addr)
-			}
-			return multiNode("redlock", "redlock://"+strings.Join(addrs, ","), nodes, closeAll), nil
-		}},
-		{"redis+cluster", func(ctx context.Context) (*started, error) {
-			c, err := testenv.StartRedisCluster(ctx, 3)
-			if err != nil {
-				return nil, err
-			}
-			return multiNode("redis+cluster", c.URL, c.Nodes, func() { c.Close() }), nil
-		}},
+		{"redis", "redis", nil},
+		{"zookeeper", "zookeeper", nil},
+		{"postgres", "postgres", nil},
+		{"mysql", "mysql", nil},
+		// ZooKeeper fsyncs every write by default; testenv's server and
+		// the row above run with forceSync=no. This one measures the
+		// default, on the workloads where it shows.
+		{"zookeeper-fsync", "zookeeper", &backendtest.Options{ForceSync: true}},
+		{"redlock", "redlock", nil},
+		{"redis+cluster", "redis-cluster", nil},
+	}
+	startOne := func(ctx context.Context, st starter) (*started, error) {
+		env, err := backendtest.Lookup(st.backend).Start(ctx, st.opts)
+		if err != nil {
+			return nil, err
+		}
+		if len(env.Servers) > 1 {
+			return multiNode(st.family, env.URL(""), env.Servers, func() { env.Close() }), nil
+		}
+		r := single(st.family, env)
+		if st.family == "zookeeper-fsync" {
+			fsyncOnly(r)
+		}
+		return r, nil
 	}
 	results := make([]*started, len(starters))
 	errs := make([]error, len(starters))
@@ -212,7 +181,7 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, startTimeout)
 			defer cancel()
-			results[i], errs[i] = st.start(sctx)
+			results[i], errs[i] = startOne(sctx, st)
 		})
 	}
 	if cfg.progress {
@@ -235,6 +204,22 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 			e.skipped = append(e.skipped, n+": "+r.skipped[n])
 		}
 	}
+}
+
+// fsyncOnly keeps the zookeeper-fsync row's dlock targets of the fair
+// recipe, measured on the workloads where fsync shows.
+func fsyncOnly(st *started) {
+	var kept []bench.Target
+	for _, t := range st.targets {
+		if t.Kind == bench.KindPeer || strings.HasSuffix(t.Name, "/basic") {
+			continue
+		}
+		t.Only = []string{bench.Uncontended, bench.Handoff}
+		t.Note = "ZooKeeper with forceSync=yes (its default: fsync every write)"
+		kept = append(kept, t)
+	}
+	st.targets = kept
+	delete(st.skipped, "zookeeper-fsync/basic")
 }
 
 // fromURLs measures the servers the user named.

@@ -1,0 +1,116 @@
+// Package layout is where dlock's drivers keep their data on the server:
+// the Redis keys of a lock name and the ZooKeeper node of a lock name.
+// The drivers compute their keys and paths here, and so do the test hooks
+// that reach behind a holder's back (internal/backendtest), so that a
+// change of layout cannot leave a hook acting on keys nobody uses.
+package layout
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Redis are the keys and channels of one lock name. The name sits in a
+// hash tag, so that in a Redis Cluster all of them hash to one slot, which
+// the driver's scripts need (they touch them together).
+type Redis struct {
+	Lock    string // <prefix>{<name>}: the owner value, with the lease's PX
+	Fence   string // <prefix>{<name>}:fence: the INCR fencing counter, never expires
+	Queue   string // <prefix>{<name>}:q: Lockers with waiters, by registration expiry
+	Channel string // <prefix>{<name>}:rel: Locker L is woken on <channel>:L
+}
+
+// RedisKeys returns the keys of name under prefix.
+func RedisKeys(prefix, name string) Redis {
+	lock := prefix + "{" + RedisTag(name) + "}"
+	return Redis{Lock: lock, Fence: lock + ":fence", Queue: lock + ":q", Channel: lock + ":rel"}
+}
+
+// RedisTag makes a name safe inside a hash tag. A hash tag ends at the
+// first '}', so a '}' in the name would end it early (and a name starting
+// with '}' would make the tag empty, scattering the keys over slots). '}'
+// becomes %7D and '%' becomes %25, which keeps the mapping one-to-one.
+// Names without either character are used as they are.
+func RedisTag(name string) string {
+	if !strings.ContainsAny(name, "}%") {
+		return name
+	}
+	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(name)
+}
+
+// ZooKeeperParent returns the node under prefix whose children are the
+// queue (the holder and the waiters) of name.
+func ZooKeeperParent(prefix, name string) string { return prefix + "/" + ZooKeeperName(name) }
+
+// ZooKeeperName maps a lock name onto one valid znode name, injectively:
+//
+//   - '%' and '/' are percent-escaped (%25, %2F), as is every byte of a code
+//     point that ZooKeeper refuses in a path: U+0000–U+001F, U+007F–U+009F,
+//     U+D800–U+F8FF, U+FFF0–U+FFFF, and everything above U+FFFF (the server
+//     checks Java UTF-16 units, and such code points are surrogate pairs);
+//   - the names "." and ".." become "%2E" and "%2E%2E";
+//   - every other character stands for itself, so readable names stay
+//     readable in zkCli.
+//
+// Because '%' is always escaped, ZooKeeperUnname inverts it exactly, which
+// makes the mapping injective: two lock names never share a znode. The
+// reserved "/zookeeper" subtree cannot be reached: a lock's node is always
+// below a prefix that is not the root (the driver validates its prefix).
+func ZooKeeperName(name string) string {
+	if name == "." || name == ".." {
+		return strings.Repeat("%2E", len(name))
+	}
+	var b strings.Builder
+	b.Grow(len(name))
+	for i := 0; i < len(name); {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if r == '%' || r == '/' || ZooKeeperForbidden(r) || (r == utf8.RuneError && size == 1) {
+			for _, c := range []byte(name[i : i+size]) {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		} else {
+			b.WriteString(name[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// ZooKeeperUnname inverts ZooKeeperName.
+func ZooKeeperUnname(s string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", fmt.Errorf("zookeeper: truncated escape in %q", s)
+		}
+		var c byte
+		if _, err := fmt.Sscanf(s[i+1:i+3], "%02X", &c); err != nil {
+			return "", fmt.Errorf("zookeeper: bad escape in %q", s)
+		}
+		b.WriteByte(c)
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// ZooKeeperForbidden reports whether ZooKeeper's PathUtils.validatePath
+// refuses r (it checks UTF-16 units; code points above U+FFFF are
+// surrogates there).
+func ZooKeeperForbidden(r rune) bool {
+	return r < 0x20 ||
+		(r >= 0x7F && r <= 0x9F) ||
+		(r >= 0xD800 && r <= 0xF8FF) ||
+		r >= 0xFFF0
+}
+
+// The drivers' default namespaces, used when a URL names none (the
+// drivers' DefaultPrefix constants; a test checks they agree).
+const (
+	RedisDefaultPrefix     = "dlock:"
+	ZooKeeperDefaultPrefix = "/dlock"
+)
