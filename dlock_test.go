@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/memory"
 )
 
@@ -64,15 +65,8 @@ func newCounting(t *testing.T) (*memory.Namespace, *counting, *dlock.Locker) {
 	return ns, c, l
 }
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestOpenErrors(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	_, err := dlock.Open(ctx, "nosuch://host")
 	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "forgotten import?") || !strings.Contains(err.Error(), "mem") {
 		t.Errorf("unknown scheme: got %v; want ErrInvalidOption listing mem and saying forgotten import?", err)
@@ -81,9 +75,6 @@ func TestOpenErrors(t *testing.T) {
 		if _, err := dlock.Open(ctx, raw); !errors.Is(err, dlock.ErrInvalidOption) {
 			t.Errorf("Open(%q) = %v; want ErrInvalidOption", raw, err)
 		}
-	}
-	if _, err := dlock.Open(ctx, "mem://?ttl=1s"); !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "ttl") {
-		t.Errorf("unknown parameter: got %v; want ErrInvalidOption naming ttl", err)
 	}
 	if _, err := dlock.Open(ctx, "MEM://"); err != nil {
 		t.Errorf("scheme is case-insensitive: %v", err)
@@ -101,7 +92,7 @@ func init() {
 }
 
 func TestOpenNeverPrintsPassword(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	for _, raw := range []string{
 		"leaky://alice:s3cr%40t@127.0.0.1:1/x",
 		"leaky://alice:hunter2@tcp(127.0.0.1:3306)/db",
@@ -136,7 +127,7 @@ func TestRegisterTwicePanics(t *testing.T) {
 }
 
 func TestBadInputNeverReachesDriver(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	_, c, l := newCounting(t)
 	cases := []struct {
 		name string
@@ -175,7 +166,7 @@ func TestBadInputNeverReachesDriver(t *testing.T) {
 }
 
 func TestContextErrorsUnwrapped(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns, _, l := newCounting(t)
 	holder, err := l.Acquire(ctx, "busy", nil)
 	if err != nil {
@@ -207,7 +198,7 @@ func TestContextErrorsUnwrapped(t *testing.T) {
 }
 
 func TestPollingWaitWakes(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	_, c, l := newCounting(t)
 	holder, err := l.TryAcquire(ctx, "p", &dlock.AcquireOptions{TTL: 10 * time.Second})
 	if err != nil {
@@ -234,7 +225,7 @@ func TestPollingWaitWakes(t *testing.T) {
 }
 
 func TestPollingWaitUsesRetryAfter(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	_, _, l := newCounting(t)
 	// The holder's lease expires after 200ms without a release: the memory
 	// driver's NotAcquiredError says so, and the waiter wakes in time.
@@ -253,7 +244,7 @@ func TestPollingWaitUsesRetryAfter(t *testing.T) {
 }
 
 func TestKeepAliveAndExpiry(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	_, c, l := newCounting(t)
 	ttl := 60 * time.Millisecond
 	kept, err := l.TryAcquire(ctx, "kept", &dlock.AcquireOptions{TTL: ttl})
@@ -302,7 +293,7 @@ func TestKeepAliveAndExpiry(t *testing.T) {
 // (both read the clock when called, so this does not depend on when a
 // goroutine waiting on Done gets scheduled).
 func TestDoneBeforeServerRegrants(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns := memory.NewNamespace()
 	a, b := memory.OpenLocker(ns), memory.OpenLocker(ns)
 	defer a.Close()
@@ -337,7 +328,7 @@ func TestDoneBeforeServerRegrants(t *testing.T) {
 }
 
 func TestTransientRefreshFailureEndsAtDeadline(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	_, c, l := newCounting(t)
 	c.refreshErr.Store(errors.New("network is down"))
 	ttl := 90 * time.Millisecond
@@ -363,7 +354,7 @@ func TestTransientRefreshFailureEndsAtDeadline(t *testing.T) {
 }
 
 func TestReentrancy(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns, _, l := newCounting(t)
 	other := memory.OpenLocker(ns)
 	defer other.Close()
@@ -431,7 +422,7 @@ func TestReentrancy(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns, c, l := newCounting(t)
 	ls, err := l.Acquire(ctx, "c", &dlock.AcquireOptions{TTL: 30 * time.Millisecond})
 	if err != nil {
@@ -474,7 +465,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestReleaseWithCancelledContext(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns, _, l := newCounting(t)
 	ls, err := l.Acquire(ctx, "rc", nil)
 	if err != nil {
@@ -491,7 +482,7 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 }
 
 func TestLeaseContextAndDo(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns := memory.NewNamespace()
 	l := memory.OpenLocker(ns)
 	defer l.Close()
@@ -522,7 +513,7 @@ func TestLeaseContextAndDo(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	l, _ := dlock.Open(ctx, "mem://")
 	defer l.Close()
 	ls, err := l.Acquire(ctx, "i", &dlock.AcquireOptions{Owner: "host-a"})
@@ -539,77 +530,8 @@ func TestInspect(t *testing.T) {
 	}
 }
 
-// Under 64 goroutines on 4 clients the memory driver is a mutex: an
-// unsynchronised counter is never entered twice and tokens only grow.
-func TestMemoryMutualExclusion(t *testing.T) {
-	ctx := testCtx(t)
-	ns := memory.NewNamespace()
-	var inside atomic.Int32
-	var last atomic.Uint64
-	var wg sync.WaitGroup
-	for c := 0; c < 4; c++ {
-		l := memory.OpenLocker(ns)
-		defer l.Close()
-		for g := 0; g < 16; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < 50; i++ {
-					ls, err := l.Acquire(ctx, "mx", &dlock.AcquireOptions{TTL: 5 * time.Second})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if inside.Add(1) != 1 {
-						t.Error("two holders at once")
-					}
-					if tok := ls.Token(); tok <= last.Load() {
-						t.Errorf("token %d not above %d", tok, last.Load())
-					} else {
-						last.Store(tok)
-					}
-					inside.Add(-1)
-					if err := ls.Release(ctx); err != nil {
-						t.Error(err)
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-}
-
-func TestMemoryFIFO(t *testing.T) {
-	ctx := testCtx(t)
-	ns := memory.NewNamespace()
-	l := memory.OpenLocker(ns)
-	defer l.Close()
-	first, _ := l.Acquire(ctx, "q", nil)
-	order := make(chan int, 5)
-	for i := 0; i < 5; i++ {
-		go func() {
-			ls, err := l.Acquire(ctx, "q", nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			order <- i
-			ls.Release(ctx)
-		}()
-		for ns.Waiters("q") != i+1 { // queue them one by one
-			time.Sleep(time.Millisecond)
-		}
-	}
-	first.Release(ctx)
-	for want := 0; want < 5; want++ {
-		if got := <-order; got != want {
-			t.Fatalf("grant %d went to waiter %d", want, got)
-		}
-	}
-}
-
 func TestCloseEndsWaiters(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	for _, native := range []bool{true, false} {
 		ns := memory.NewNamespace()
 		holder := memory.OpenLocker(ns)
@@ -645,7 +567,7 @@ func TestCloseEndsWaiters(t *testing.T) {
 }
 
 func TestReentrantReleaseAfterLoss(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns := memory.NewNamespace()
 	l := memory.OpenLocker(ns)
 	defer l.Close()
@@ -666,7 +588,7 @@ func TestReentrantReleaseAfterLoss(t *testing.T) {
 }
 
 func TestTryAcquireNeverWaitsBehindOwnAcquire(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t, 20*time.Second)
 	ns := memory.NewNamespace()
 	l, other := memory.OpenLocker(ns), memory.OpenLocker(ns)
 	defer l.Close()
@@ -685,27 +607,4 @@ func TestTryAcquireNeverWaitsBehindOwnAcquire(t *testing.T) {
 		t.Errorf("TryAcquire waited %v behind the owner's own Acquire", d)
 	}
 	held.Release(ctx)
-}
-
-func TestMemoryExpiredHolderNeverDoubleGranted(t *testing.T) {
-	ctx := testCtx(t)
-	ns := memory.NewNamespace()
-	a, b, c := memory.OpenLocker(ns), memory.OpenLocker(ns), memory.OpenLocker(ns)
-	defer a.Close()
-	defer b.Close()
-	defer c.Close()
-	for i := 0; i < 100; i++ {
-		name := fmt.Sprintf("x%d", i)
-		if _, err := a.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: dlock.MinTTL, NoKeepAlive: true}); err != nil {
-			t.Fatal(err)
-		}
-		var ls *dlock.Lease
-		for ls == nil { // spin so that the expiry is found before its timer fires
-			ls, _ = b.TryAcquire(ctx, name, nil)
-		}
-		if third, err := c.TryAcquire(ctx, name, nil); err == nil {
-			t.Fatalf("%s granted to two clients (tokens %d and %d)", name, ls.Token(), third.Token())
-		}
-		ls.Release(ctx)
-	}
 }

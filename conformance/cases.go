@@ -891,6 +891,26 @@ func caseFairness(c *caseT) {
 
 func caseBadInput(c *caseT) {
 	a, b := c.Locker(), c.Locker()
+	badNames(c, a)
+	badTTLs(c, a, b)
+	zeroTTL(c, a)
+	unusualNames(c, a, b)
+}
+
+// expectRefused reports a call that did not fail with want (named
+// wantName), releasing what it granted (what).
+func (c *caseT) expectRefused(ls *dlock.Lease, err, want error, wantName, what, call string) {
+	if errors.Is(err, want) {
+		return
+	}
+	if err == nil {
+		c.release(ls, what)
+	}
+	c.Errorf("%s returned %v, want %s", call, err, wantName)
+}
+
+// badNames: an empty, invalid UTF-8 or too long name is ErrInvalidName.
+func badNames(c *caseT, a *dlock.Locker) {
 	bad := []struct{ name, why string }{
 		{"", "empty"},
 		{c.Name("\xff\xfe"), "invalid UTF-8"},
@@ -900,35 +920,24 @@ func caseBadInput(c *caseT) {
 		bad = append(bad, struct{ name, why string }{strings.Repeat("y", m+1), fmt.Sprintf("longer than the backend's %d bytes", m)})
 	}
 	for _, x := range bad {
-		if ls, err := a.TryAcquire(c.ctx, x.name, c.opts()); !errors.Is(err, dlock.ErrInvalidName) {
-			if err == nil {
-				c.release(ls, "bad name")
-			}
-			c.Errorf("TryAcquire of an %s name returned %v, want ErrInvalidName", x.why, err)
-		}
+		ls, err := a.TryAcquire(c.ctx, x.name, c.opts())
+		c.expectRefused(ls, err, dlock.ErrInvalidName, "ErrInvalidName", "bad name", "TryAcquire of an "+x.why+" name")
 		ctx, cancel := c.withTimeout(c.fast())
-		if ls, err := a.Acquire(ctx, x.name, c.opts()); !errors.Is(err, dlock.ErrInvalidName) {
-			if err == nil {
-				c.release(ls, "bad name")
-			}
-			c.Errorf("Acquire of an %s name returned %v, want ErrInvalidName", x.why, err)
-		}
+		ls, err = a.Acquire(ctx, x.name, c.opts())
+		c.expectRefused(ls, err, dlock.ErrInvalidName, "ErrInvalidName", "bad name", "Acquire of an "+x.why+" name")
 		cancel()
 	}
+}
+
+// badTTLs: a negative or sub-millisecond TTL is ErrInvalidOption, and
+// leaves nothing behind.
+func badTTLs(c *caseT, a, b *dlock.Locker) {
 	name := c.Name("ttl")
 	for _, ttl := range []time.Duration{-time.Second, 500 * time.Microsecond} {
-		if ls, err := a.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl}); !errors.Is(err, dlock.ErrInvalidOption) {
-			if err == nil {
-				c.release(ls, "bad TTL")
-			}
-			c.Errorf("TryAcquire with TTL %v returned %v, want ErrInvalidOption", ttl, err)
-		}
-		if ls, err := a.Acquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl}); !errors.Is(err, dlock.ErrInvalidOption) {
-			if err == nil {
-				c.release(ls, "bad TTL")
-			}
-			c.Errorf("Acquire with TTL %v returned %v, want ErrInvalidOption", ttl, err)
-		}
+		ls, err := a.TryAcquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl})
+		c.expectRefused(ls, err, dlock.ErrInvalidOption, "ErrInvalidOption", "bad TTL", fmt.Sprintf("TryAcquire with TTL %v", ttl))
+		ls, err = a.Acquire(c.ctx, name, &dlock.AcquireOptions{TTL: ttl})
+		c.expectRefused(ls, err, dlock.ErrInvalidOption, "ErrInvalidOption", "bad TTL", fmt.Sprintf("Acquire with TTL %v", ttl))
 	}
 	c.expectFree(b, name, "after calls rejected for their TTL")
 	if rs, ok := c.h.(Residue); ok {
@@ -936,17 +945,24 @@ func caseBadInput(c *caseT) {
 			c.Errorf("after calls rejected for their TTL, Residue is %d (%v), want 0", k, err)
 		}
 	}
-	if ls, err := a.TryAcquire(c.ctx, c.Name("zero"), &dlock.AcquireOptions{TTL: 0}); err != nil {
-		c.Errorf("TryAcquire with a zero TTL (the default): %v", err)
-	} else {
-		if ls.TTL() != dlock.DefaultTTL {
-			c.Errorf("a zero TTL gave a lease of %v, want the default %v", ls.TTL(), dlock.DefaultTTL)
-		}
-		c.release(ls, "zero TTL")
-	}
+}
 
-	// Unusual names: each is either rejected with ErrInvalidName or
-	// stored exactly; all are held at once, so two that collide show.
+// zeroTTL: a zero TTL is the default.
+func zeroTTL(c *caseT, a *dlock.Locker) {
+	ls, err := a.TryAcquire(c.ctx, c.Name("zero"), &dlock.AcquireOptions{TTL: 0})
+	if err != nil {
+		c.Errorf("TryAcquire with a zero TTL (the default): %v", err)
+		return
+	}
+	if ls.TTL() != dlock.DefaultTTL {
+		c.Errorf("a zero TTL gave a lease of %v, want the default %v", ls.TTL(), dlock.DefaultTTL)
+	}
+	c.release(ls, "zero TTL")
+}
+
+// unusualNames: each is either rejected with ErrInvalidName or stored
+// exactly; all are held at once, so two that collide show.
+func unusualNames(c *caseT, a, b *dlock.Locker) {
 	prefix := c.Name("n")
 	odd := []string{"\x00", "a\x00b", "a/b", "a//b", "/", "/a/", "../up", ".", "..", " ", "a b", "a\nb", "\t",
 		"ключ", "🔒", "%2F", "%", "*", "?", "a:b", "'", `"`, `\`, "{tag}", "\u200b", "é", "e\u0301"}
@@ -954,16 +970,16 @@ func caseBadInput(c *caseT) {
 	if m := c.caps.MaxNameLen; m > 0 && m < limit {
 		limit = m
 	}
-	type heldName struct {
-		name string
-		ls   *dlock.Lease
-	}
-	var held []heldName
 	names := make([]string, 0, len(odd)+1)
 	for _, s := range odd {
 		names = append(names, prefix+s)
 	}
 	names = append(names, prefix+strings.Repeat("z", limit-len(prefix)))
+	type heldName struct {
+		name string
+		ls   *dlock.Lease
+	}
+	var held []heldName
 	var rejected []string
 	for _, n := range names {
 		ctx, cancel := c.withTimeout(c.fast() + time.Second)

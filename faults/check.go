@@ -90,15 +90,29 @@ func analyse(h *History, cfg Config) *Result {
 		Backend: cfg.Target.Backend, Clients: cfg.Clients, TTL: cfg.TTL, Duration: cfg.Duration,
 		History: h, FencedViolations: -1, Fencing: cfg.Target.Caps.Fencing,
 	}
-	f := cfg.Fault
-	if f != nil {
+	if f := cfg.Fault; f != nil {
 		res.Fault, res.Unsafe = f.Name, f.Unsafe
 		res.SignalExpected, res.SignalNote = f.Expected(cfg.Target.Caps)
 	} else {
 		res.Fault, res.SignalExpected = "none", true
 	}
+	countOps(h, res)
+	leases := slices.Clone(h.Leases)
+	sort.SliceStable(leases, func(i, j int) bool { return leases[i].Granted < leases[j].Granted })
+	countOverlaps(h, res, leases)
+	countLosses(res, leases)
+	measureRecoveries(h, res, leases, cfg)
+	checkFenced(h, res, cfg.Target.Caps.Fencing, cfg.Dir, cfg.checkTimeout())
+	res.Failures = failures(res)
+	return res
+}
+
+// countOps counts the injections, calls, writes, grants, client errors and
+// the violations the fault observed itself.
+func countOps(h *History, res *Result) {
 	res.Injections = h.Injections
 	res.Ops = len(h.Ops)
+	res.Grants = len(h.Leases)
 	for _, e := range h.Events {
 		if e.Violation {
 			res.Violations = append(res.Violations, e.Detail)
@@ -115,17 +129,17 @@ func analyse(h *History, cfg Config) *Result {
 			res.ClientErrors++
 		}
 	}
-	res.Grants = len(h.Leases)
-	leases := slices.Clone(h.Leases)
-	sort.SliceStable(leases, func(i, j int) bool { return leases[i].Granted < leases[j].Granted })
+}
+
+// countOverlaps reads the raw history as a plain mutex: pairs of grants
+// (leases, by grant time) whose holders both believed they held the lock.
+func countOverlaps(h *History, res *Result, leases []*LeaseRec) {
 	end := func(l *LeaseRec) int64 {
 		if l.End < 0 {
 			return h.End
 		}
 		return l.End
 	}
-
-	// The raw history as a plain mutex.
 	for i, a := range leases {
 		for _, b := range leases[i+1:] {
 			if b.Granted >= end(a) {
@@ -136,8 +150,12 @@ func analyse(h *History, cfg Config) *Result {
 			res.LongestOverlap = max(res.LongestOverlap, d)
 		}
 	}
+}
 
-	// Loss signalled before the next grant.
+// countLosses marks the leases (by grant time) the server dropped, and
+// counts those followed by another grant and those whose loss was
+// signalled before it.
+func countLosses(res *Result, leases []*LeaseRec) {
 	for i, l := range leases {
 		switch {
 		case l.DoneKind == kindLost:
@@ -167,16 +185,21 @@ func analyse(h *History, cfg Config) *Result {
 			res.Signalled++
 		}
 	}
+}
 
-	// Recovery after a holder died.
-	res.RecoveryBound = crashBound(cfg.Target.Caps, cfg.TTL)
-	if f != nil && (f.Name == "pause" || f.Name == "mixed") && !cfg.Target.Caps.SessionBound {
+// measureRecoveries measures the time from each holder's death to the next
+// grant (leases, by grant time), against the backend's bound.
+func measureRecoveries(h *History, res *Result, leases []*LeaseRec, cfg Config) {
+	f, caps := cfg.Fault, cfg.Target.Caps
+	paused := f != nil && (f.Name == "pause" || f.Name == "mixed")
+	res.RecoveryBound = crashBound(caps, cfg.TTL)
+	if paused && !caps.SessionBound {
 		// A paused holder's connection stays open: a TTL-bound lease is
 		// freed by its TTL even where a dead holder's is freed at once.
 		res.RecoveryBound = max(res.RecoveryBound, cfg.TTL)
 	}
 	res.RecoverySlack = slack(cfg.TTL)
-	res.RecoveryAsserted = f != nil && (f.Name == "kill" || ((f.Name == "pause" || f.Name == "mixed") && !cfg.Target.Caps.SessionBound))
+	res.RecoveryAsserted = f != nil && (f.Name == "kill" || (paused && !caps.SessionBound))
 	for _, e := range h.Events {
 		if !e.recover {
 			continue
@@ -200,10 +223,6 @@ func analyse(h *History, cfg Config) *Result {
 		slices.Sort(s)
 		res.RecoveryP50, res.RecoveryMax = s[(n-1)/2], s[n-1]
 	}
-
-	checkFenced(h, res, cfg.Target.Caps.Fencing, cfg.Dir, cfg.checkTimeout())
-	res.Failures = failures(res)
-	return res
 }
 
 // failures lists what the short mode asserts and this run broke.

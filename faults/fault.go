@@ -129,57 +129,29 @@ func Catalogue() []*Fault {
 			Name:    "pause",
 			Doc:     "the holder is paused (SIGSTOP) past its TTL and the backend's crash bound, then continued (SIGCONT)",
 			Applies: always,
-			Inject: func(ctx context.Context, x *Injection) error {
-				id, err := holder(ctx, x)
-				if err != nil {
-					return err
-				}
-				return x.Pause(ctx, id, pauseLength(x), "pause")
-			},
+			Inject:  onHolder(pauseHolder),
 		},
 		{
 			Name:    "kill",
 			Doc:     "the holder is killed (SIGKILL); a new client process replaces it",
 			Applies: always,
-			Inject: func(ctx context.Context, x *Injection) error {
-				id, err := holder(ctx, x)
-				if err != nil {
-					return err
-				}
-				return x.Kill(id, "kill")
-			},
+			Inject:  onHolder(killHolder),
 		},
 		{
 			Name:    "partition",
-			Doc:     "the holder is cut off from every server through its proxy, alternately silently (timeout toxic both ways, connections closed at the end) and by resets (reset_peer), past its TTL and the backend's crash bound",
+			Doc:     "the holder is cut off from every server through its proxy, alternately silently (bytes dropped both ways, connections closed at the end) and by resets (RST as soon as it speaks), past its TTL and the backend's crash bound",
 			Applies: always,
-			Inject: func(ctx context.Context, x *Injection) error {
-				id, err := holder(ctx, x)
-				if err != nil {
-					return err
-				}
-				mode := CutSilent
-				if x.next()%2 == 1 {
-					mode = CutReset
-				}
-				return x.Cut(ctx, id, mode, -1, pauseLength(x), "partition")
-			},
+			Inject:  onHolder(cutHolder),
 		},
 		{
 			Name:    "latency",
-			Doc:     "the holder's replies are delayed by half its TTL (latency toxic) for twice its TTL",
+			Doc:     "the holder's replies are delayed by half its TTL for twice its TTL",
 			Applies: always,
-			Inject: func(ctx context.Context, x *Injection) error {
-				id, err := holder(ctx, x)
-				if err != nil {
-					return err
-				}
-				return x.Latency(ctx, id, x.TTL()/2, 2*x.TTL(), "latency")
-			},
+			Inject:  onHolder(slowHolder),
 		},
 		{
 			Name:    "lost-reply",
-			Doc:     "the replies to the next acquire are dropped (a downstream timeout toxic added just before the request) and its connections closed: the server acted, the client never heard",
+			Doc:     "the replies to the next acquire are dropped (the proxy drops server-to-client bytes from just before the request) and its connections closed: the server acted, the client never heard",
 			Applies: always,
 			Inject: func(ctx context.Context, x *Injection) error {
 				x.LoseNextReply()
@@ -190,42 +162,13 @@ func Catalogue() []*Fault {
 			Name:    "restart",
 			Doc:     "a server is killed (SIGKILL) and restarted with its data; for ensembles and Redlock a follower or one node",
 			Applies: func(t *Target) bool { return t.Hooks.Restart != nil },
-			Inject: func(ctx context.Context, x *Injection) error {
-				h := x.Target().Hooks
-				i := 0
-				if h.Servers > 1 {
-					i = x.next() % h.Servers
-					if h.Leader != nil {
-						if l, err := h.Leader(ctx); err == nil && i == l {
-							i = (i + 1) % h.Servers
-						}
-					}
-				}
-				x.Note("restart", fmt.Sprintf("server %d killed", i))
-				if err := h.Restart(ctx, i); err != nil {
-					return err
-				}
-				x.Note("restart", fmt.Sprintf("server %d up", i))
-				return nil
-			},
+			Inject:  restartFollower,
 		},
 		{
 			Name:    "leader",
 			Doc:     "the ensemble's leader is killed (SIGKILL) and restarted",
 			Applies: func(t *Target) bool { return t.Hooks.Restart != nil && t.Hooks.Leader != nil },
-			Inject: func(ctx context.Context, x *Injection) error {
-				h := x.Target().Hooks
-				l, err := h.Leader(ctx)
-				if err != nil {
-					return err
-				}
-				x.Note("leader", fmt.Sprintf("leader (server %d) killed", l))
-				if err := h.Restart(ctx, l); err != nil {
-					return err
-				}
-				x.Note("leader", fmt.Sprintf("server %d up", l))
-				return nil
-			},
+			Inject:  restartLeader,
 		},
 		{
 			Name:    "early-expiry",
@@ -246,33 +189,92 @@ func Catalogue() []*Fault {
 			Unsafe: true,
 		},
 		{
-			Name: "restart-ids",
-			Doc:  "the holder is paused (SIGSTOP); the server is killed and restarted, and sessions of other clients take every session id the clients had before; the holder continues (SIGCONT) and finds its connection gone: its clean-up must end none of those sessions (a KILL by a stale id would end another client's session and free its lock)",
-			Applies: func(t *Target) bool {
-				return t.Hooks.RestartReusingIDs != nil
-			},
-			Inject: restartReusingIDs,
+			Name:    "restart-ids",
+			Doc:     "the holder is paused (SIGSTOP); the server is killed and restarted, and sessions of other clients take every session id the clients had before; the holder continues (SIGCONT) and finds its connection gone: its clean-up must end none of those sessions (a KILL by a stale id would end another client's session and free its lock)",
+			Applies: func(t *Target) bool { return t.Hooks.RestartReusingIDs != nil },
+			Inject:  restartReusingIDs,
 		},
 		mixed(),
 		{
 			Name:    "evict",
 			Doc:     "the server is filled with junk keys beyond a maxmemory limit under the volatile-ttl policy, so the lock key (the volatile key closest to expiry) is evicted while its holder still holds it; the fence counter (no TTL) stays",
 			Applies: func(t *Target) bool { return t.Hooks.Evict != nil },
-			Inject: func(ctx context.Context, x *Injection) error {
-				return x.Target().Hooks.Evict(ctx, x)
-			},
-			Unsafe: true,
+			Inject:  func(ctx context.Context, x *Injection) error { return x.Target().Hooks.Evict(ctx, x) },
+			Unsafe:  true,
 		},
 		{
 			Name:    "failover",
 			Doc:     "a replica is promoted (REPLICAOF NO ONE) before the latest grant replicated and every client is switched to it",
 			Applies: func(t *Target) bool { return t.Hooks.Failover != nil },
-			Inject: func(ctx context.Context, x *Injection) error {
-				return x.Target().Hooks.Failover(ctx, x)
-			},
-			Unsafe: true,
+			Inject:  func(ctx context.Context, x *Injection) error { return x.Target().Hooks.Failover(ctx, x) },
+			Unsafe:  true,
 		},
 	}
+}
+
+// onHolder is a fault injected on the client that holds the lock, once
+// one does.
+func onHolder(inject func(ctx context.Context, x *Injection, id int) error) func(ctx context.Context, x *Injection) error {
+	return func(ctx context.Context, x *Injection) error {
+		id, err := holder(ctx, x)
+		if err != nil {
+			return err
+		}
+		return inject(ctx, x, id)
+	}
+}
+
+func pauseHolder(ctx context.Context, x *Injection, id int) error {
+	return x.Pause(ctx, id, pauseLength(x), "pause")
+}
+
+func killHolder(_ context.Context, x *Injection, id int) error { return x.Kill(id, "kill") }
+
+// cutHolder cuts the holder off silently and by resets, in turn.
+func cutHolder(ctx context.Context, x *Injection, id int) error {
+	mode := CutSilent
+	if x.next()%2 == 1 {
+		mode = CutReset
+	}
+	return x.Cut(ctx, id, mode, -1, pauseLength(x), "partition")
+}
+
+func slowHolder(ctx context.Context, x *Injection, id int) error {
+	return x.Latency(ctx, id, x.TTL()/2, 2*x.TTL(), "latency")
+}
+
+// restartFollower restarts a server: the only one, or one in turn of an
+// ensemble's or Redlock's, never the ensemble's leader.
+func restartFollower(ctx context.Context, x *Injection) error {
+	h := x.Target().Hooks
+	i := 0
+	if h.Servers > 1 {
+		i = x.next() % h.Servers
+		if h.Leader != nil {
+			if l, err := h.Leader(ctx); err == nil && i == l {
+				i = (i + 1) % h.Servers
+			}
+		}
+	}
+	return restartServer(ctx, x, "restart", i, fmt.Sprintf("server %d killed", i))
+}
+
+func restartLeader(ctx context.Context, x *Injection) error {
+	l, err := x.Target().Hooks.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	return restartServer(ctx, x, "leader", l, fmt.Sprintf("leader (server %d) killed", l))
+}
+
+// restartServer restarts server i, noting killed when it goes down.
+func restartServer(ctx context.Context, x *Injection, fault string, i int, killed string) error {
+	x.Note(fault, killed)
+	if err := x.Target().Hooks.Restart(ctx, i); err != nil {
+		return err
+	}
+	x.Note(fault, fmt.Sprintf("server %d up", i))
+	return nil
 }
 
 // restartReusingIDs is the restart-ids fault: a stale holder wakes up on a

@@ -1,25 +1,3 @@
-// Package memory is dlock's in-process driver: a complete, concurrency-safe
-// lock service inside one process, with TTL expiry, strictly increasing
-// fencing tokens per name, FIFO hand-off to waiters (no polling) and the
-// loss signal.
-//
-// It is the reference implementation the conformance suite runs first, and
-// the backend to use in your own unit tests: code written against
-// *dlock.Locker runs unchanged on mem:// in tests and on a real backend in
-// production.
-//
-// # URLs
-//
-//	mem://        a fresh private namespace for each Open
-//	mem://NAME    the process-wide namespace NAME, shared by every Open of it
-//
-// No query parameters are accepted.
-//
-// # Faults
-//
-// Namespace.Revoke drops a holder's lease as a server would (its Done
-// closes with dlock.ErrLockLost), so code that must react to a lost lock
-// can be tested.
 package memory
 
 import (

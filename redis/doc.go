@@ -50,6 +50,69 @@
 //	dlock.Open(ctx, "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379?node_timeout=20ms")
 //	    → Redlock, quorum 2 of 3, 20ms per node and request
 //
+// # Guarantees
+//
+// Single server and Cluster ("set-nx", "cluster"): fencing tokens strictly
+// increase for as long as the fence key lives: across a restart only when
+// the server persists every write (appendonly yes, appendfsync always; so
+// Capabilities does not claim TokensSurviveRestart); a server with an
+// allkeys-* eviction policy, which may evict the counter, is refused. Replication is
+// asynchronous: a failover to a replica that had not received a grant
+// can grant the lock again; check the token at the protected resource.
+// Waiters are not served in strict order (Fair is false): the two
+// registered longest ago are woken by a release and the first to reach
+// the server wins, as may a newcomer. A crashed
+// holder's lock is free after its TTL. Cluster uses SSUBSCRIBE/SPUBLISH
+// on Redis 7 and later, SUBSCRIBE/PUBLISH before.
+//
+// Redlock ("redlock"): a grant needs a quorum of N/2+1 nodes, asked in
+// parallel with a per-node timeout; its validity is TTL − elapsed −
+// (1% of TTL + 2ms), which is the portable layer's lease deadline
+// measured from the start of the request. A failed attempt takes its key
+// back on every node. A node that does not answer within node_timeout
+// has not voted: an attempt without a quorum reports ErrNotAcquired
+// (Acquire retries) unless a quorum of nodes failed outright (refused
+// connections, errors), which is an error. Concurrent attempts can split
+// the votes so that no one wins; they retry after a random delay. Redlock offers no fencing
+// (Capabilities.Fencing is false): each node counts on its own, and the
+// token (the largest count of the granting quorum) can go backwards when
+// quorums differ or a node restarts without persistence. Its safety rests
+// on bounded clock drift, on process pauses shorter than the validity,
+// and on a node restarted without persistence staying down for one TTL.
+//
+// TTLs: Capabilities declare [dlock.MinTTL, MaxTTL] for every deployment. MaxTTL
+// is the largest whole number of milliseconds a time.Duration holds (about
+// 292 years): SET PX and PEXPIRE take a positive 64-bit millisecond count
+// that the server adds to its clock, far inside that range. A TTL is sent
+// in milliseconds rounded up (1.5ms is 2ms, never 1ms), without overflow;
+// a PTTL read back saturates instead of wrapping. Redlock's validity,
+// TTL − elapsed − (1% of TTL + 2ms), cannot overflow within the range.
+//
+// Eviction: a server whose maxmemory-policy is allkeys-lru, allkeys-lfu or
+// allkeys-random is refused with dlock.ErrInvalidOption before the first
+// lock is written to it (each server, each Cluster master and each Redlock
+// node is asked once with CONFIG GET): it may evict a held lock's key,
+// letting a second owner in, and the fence counter, so that tokens start
+// again at 1 and the fenced resource no longer protects anything. The
+// volatile-* policies are accepted: they never evict the fence counter
+// (it has no TTL), but they can evict a lock key (which has one) under
+// memory pressure; the holder then learns of the loss at its next refresh
+// (within a third of the TTL with keep-alive) while another owner may
+// already hold the lock, whose higher token the resource accepts instead.
+// Use noeviction (the default) for lock servers, or give them memory
+// headroom. A server that refuses CONFIG (rename-command, an ACL without
+// +config|get) cannot be checked and is accepted, as is a server that
+// does not answer until it does; a policy changed after the check is not
+// seen.
+//
+// Cancellation: when an acquire fails or its ctx ends, the driver takes back what the
+// request may have set (its reply may be lost, or the request may still
+// sit in a hung server's socket buffer) with a fresh context bounded to
+// 2s, in the background: the call returns as soon as its ctx ends, and
+// Close waits for every clean-up. The take-back runs a second time 50ms
+// after the first when the first found nothing, so that a request the
+// server runs late is still undone.
+//
 // # Keys
 //
 // A lock name is stored in a hash tag, so that in a Cluster its keys and
@@ -61,9 +124,7 @@
 // the name is written %7D and a '%' %25, so any UTF-8 name of up to 1024
 // bytes works.
 //
-// # How it works
-//
-// Acquire is one round trip: a Lua script (EVALSHA, falling back to EVAL
+// The scripts: Acquire is one round trip, a Lua script (EVALSHA, falling back to EVAL
 // after a restart) does SET key value NX PX ttl and, when that succeeds,
 // INCR of the fence counter, returning the token; when the lock is held it
 // returns the holder's PTTL, so a waiter never sleeps past the holder's
@@ -96,73 +157,4 @@
 // whose waiters just left is made up for by the portable layer's fallback
 // timer (at most 1s), and every waiter is woken when a subscription
 // connection is re-established.
-//
-// # TTL range
-//
-// Capabilities declare [dlock.MinTTL, MaxTTL] for every deployment. MaxTTL
-// is the largest whole number of milliseconds a time.Duration holds (about
-// 292 years): SET PX and PEXPIRE take a positive 64-bit millisecond count
-// that the server adds to its clock, far inside that range. A TTL is sent
-// in milliseconds rounded up (1.5ms is 2ms, never 1ms), without overflow;
-// a PTTL read back saturates instead of wrapping. Redlock's validity,
-// TTL − elapsed − (1% of TTL + 2ms), cannot overflow within the range.
-//
-// # Cancellation
-//
-// When an acquire fails or its ctx ends, the driver takes back what the
-// request may have set (its reply may be lost, or the request may still
-// sit in a hung server's socket buffer) with a fresh context bounded to
-// 2s, in the background: the call returns as soon as its ctx ends, and
-// Close waits for every clean-up. The take-back runs a second time 50ms
-// after the first when the first found nothing, so that a request the
-// server runs late is still undone.
-//
-// # Eviction
-//
-// A server whose maxmemory-policy is allkeys-lru, allkeys-lfu or
-// allkeys-random is refused with dlock.ErrInvalidOption before the first
-// lock is written to it (each server, each Cluster master and each Redlock
-// node is asked once with CONFIG GET): it may evict a held lock's key,
-// letting a second owner in, and the fence counter, so that tokens start
-// again at 1 and the fenced resource no longer protects anything. The
-// volatile-* policies are accepted: they never evict the fence counter
-// (it has no TTL), but they can evict a lock key (which has one) under
-// memory pressure; the holder then learns of the loss at its next refresh
-// (within a third of the TTL with keep-alive) while another owner may
-// already hold the lock, whose higher token the resource accepts instead.
-// Use noeviction (the default) for lock servers, or give them memory
-// headroom. A server that refuses CONFIG (rename-command, an ACL without
-// +config|get) cannot be checked and is accepted, as is a server that
-// does not answer until it does; a policy changed after the check is not
-// seen.
-//
-// # Guarantees
-//
-// Single server and Cluster ("set-nx", "cluster"): fencing tokens strictly
-// increase for as long as the fence key lives: across a restart only when
-// the server persists every write (appendonly yes, appendfsync always; so
-// Capabilities does not claim TokensSurviveRestart); a server with an
-// allkeys-* eviction policy, which may evict the counter, is refused. Replication is
-// asynchronous: a failover to a replica that had not received a grant
-// can grant the lock again; check the token at the protected resource.
-// Waiters are not served in strict order (Fair is false): the two
-// registered longest ago are woken by a release and the first to reach
-// the server wins, as may a newcomer. A crashed
-// holder's lock is free after its TTL. Cluster uses SSUBSCRIBE/SPUBLISH
-// on Redis 7 and later, SUBSCRIBE/PUBLISH before.
-//
-// Redlock ("redlock"): a grant needs a quorum of N/2+1 nodes, asked in
-// parallel with a per-node timeout; its validity is TTL − elapsed −
-// (1% of TTL + 2ms), which is the portable layer's lease deadline
-// measured from the start of the request. A failed attempt takes its key
-// back on every node. A node that does not answer within node_timeout
-// has not voted: an attempt without a quorum reports ErrNotAcquired
-// (Acquire retries) unless a quorum of nodes failed outright (refused
-// connections, errors), which is an error. Concurrent attempts can split
-// the votes so that no one wins; they retry after a random delay. Redlock offers no fencing
-// (Capabilities.Fencing is false): each node counts on its own, and the
-// token (the largest count of the granting quorum) can go backwards when
-// quorums differ or a node restarts without persistence. Its safety rests
-// on bounded clock drift, on process pauses shorter than the validity,
-// and on a node restarted without persistence staying down for one TTL.
 package redis

@@ -75,25 +75,76 @@ func StartMySQL(ctx context.Context, opts *MySQLOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	dir, err := newDir("mysql")
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Kind: KindMySQL, Dir: dir, stopSig: syscall.SIGTERM}
-	data, sock, tmp := filepath.Join(dir, "data"), filepath.Join(dir, "mysqld.sock"), filepath.Join(dir, "tmp")
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		s.close()
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
+	return startLocal(KindMySQL, syscall.SIGTERM, func(s *Server) error { return startMySQL(ctx, s, inst, opts) })
+}
+
+// startMySQL initialises s's data directory and starts the server. The
+// first start is ready when root answers over the socket; then it creates
+// the dlock user, and from then on readiness is a TCP round trip as dlock.
+func startMySQL(ctx context.Context, s *Server, inst *mysqlInstall, opts *MySQLOptions) error {
 	flush := "2"
 	if opts.Durable {
 		flush = "1"
 	}
 	s.Settings = map[string]string{"innodb_flush_log_at_trx_commit": flush, "log_bin": "OFF", "innodb_doublewrite": "OFF"}
-	// Small InnoDB files: initialisation and start-up write less.
-	common := []string{
-		"--datadir=" + data,
+	layout, err := mysqlLayout(s.Dir)
+	if err != nil {
+		return err
+	}
+	if err := initMySQL(ctx, s.Dir, inst, layout); err != nil {
+		return err
+	}
+	sock := filepath.Join(s.Dir, "mysqld.sock")
+	var port int
+	s.command = func() *exec.Cmd {
+		args := append([]string{"--no-defaults"}, layout...)
+		args = append(args,
+			"--port="+strconv.Itoa(port),
+			"--bind-address=127.0.0.1",
+			"--socket="+sock,
+			"--pid-file="+filepath.Join(s.Dir, "mysqld.pid"),
+			"--skip-log-bin",
+			"--innodb-flush-log-at-trx-commit="+flush,
+			"--max-connections=500",
+			"--performance-schema=OFF",
+			"--loose-mysqlx=OFF",
+		)
+		args = append(args, opts.Args...)
+		return newCmd(nil, s.Dir, inst.server, args...)
+	}
+	rootDSN := "root@unix(" + sock + ")/?timeout=2s"
+	s.ready = func(ctx context.Context) error { return mysqlPing(ctx, rootDSN, s) }
+	err = s.startOnFreePort(ctx, func() error {
+		ps, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		port = ps[0]
+		s.Addr = loopback(port)
+		setMySQLAddr(s)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := mysqlSetup(ctx, rootDSN, inst.mariadb); err != nil {
+		return err
+	}
+	s.ready = func(ctx context.Context) error { return mysqlPing(ctx, s.DSN, s) }
+	return s.waitReady(ctx, nil)
+}
+
+// mysqlLayout creates the temporary directory of a server in dir and
+// returns the flags that initialisation and every start share: where the
+// data goes, small InnoDB files (initialisation and start-up write less),
+// the character set.
+func mysqlLayout(dir string) ([]string, error) {
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	layout := []string{
+		"--datadir=" + filepath.Join(dir, "data"),
 		"--tmpdir=" + tmp,
 		"--innodb-buffer-pool-size=32M",
 		"--innodb-log-file-size=16M",
@@ -104,73 +155,20 @@ func StartMySQL(ctx context.Context, opts *MySQLOptions) (*Server, error) {
 		"--loose-innodb-use-native-aio=0",
 	}
 	if os.Geteuid() == 0 {
-		common = append(common, "--user=root")
+		layout = append(layout, "--user=root")
 	}
-	var initCmd *exec.Cmd
+	return layout, nil
+}
+
+// initMySQL initialises the data directory: mariadb-install-db, or
+// mysqld --initialize-insecure.
+func initMySQL(ctx context.Context, dir string, inst *mysqlInstall, layout []string) error {
 	if inst.mariadb {
-		args := append([]string{"--no-defaults", "--auth-root-authentication-method=normal",
-			"--skip-test-db"}, common...)
-		initCmd = newCmd(nil, dir, inst.installDB, args...)
-	} else {
-		args := append([]string{"--no-defaults", "--initialize-insecure"}, common...)
-		initCmd = newCmd(nil, dir, inst.server, args...)
+		args := append([]string{"--no-defaults", "--auth-root-authentication-method=normal", "--skip-test-db"}, layout...)
+		return runCmd(ctx, newCmd(nil, dir, inst.installDB, args...))
 	}
-	if err := runCmd(ctx, initCmd); err != nil {
-		s.close()
-		return nil, err
-	}
-	var port int
-	s.command = func() *exec.Cmd {
-		args := append([]string{"--no-defaults"}, common...)
-		args = append(args,
-			"--port="+strconv.Itoa(port),
-			"--bind-address=127.0.0.1",
-			"--socket="+sock,
-			"--pid-file="+filepath.Join(dir, "mysqld.pid"),
-			"--skip-log-bin",
-			"--innodb-flush-log-at-trx-commit="+flush,
-			"--max-connections=500",
-			"--performance-schema=OFF",
-			"--loose-mysqlx=OFF",
-		)
-		args = append(args, opts.Args...)
-		return newCmd(nil, dir, inst.server, args...)
-	}
-	// First start: ready when root answers over the socket; then create
-	// the dlock user, and from then on readiness is a TCP round trip as
-	// dlock.
-	rootDSN := "root@unix(" + sock + ")/?timeout=2s"
-	s.ready = func(ctx context.Context) error { return mysqlPing(ctx, rootDSN, s) }
-	for attempt := 0; ; attempt++ {
-		ps, err := freePorts(1)
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		port = ps[0]
-		s.Addr = loopback(port)
-		setMySQLAddr(s)
-		err = s.start(ctx)
-		if err == nil {
-			break
-		}
-		if attempt < 5 && bindFailure(err) && ctx.Err() == nil {
-			continue
-		}
-		s.close()
-		return nil, err
-	}
-	if err := mysqlSetup(ctx, rootDSN, inst.mariadb); err != nil {
-		s.close()
-		return nil, err
-	}
-	s.ready = func(ctx context.Context) error { return mysqlPing(ctx, s.DSN, s) }
-	if err := s.waitReady(ctx, nil); err != nil {
-		s.close()
-		return nil, err
-	}
-	s.StartupTime = time.Since(t0)
-	return s, nil
+	args := append([]string{"--no-defaults", "--initialize-insecure"}, layout...)
+	return runCmd(ctx, newCmd(nil, dir, inst.server, args...))
 }
 
 // setMySQLAddr sets URL and DSN from Addr.
@@ -185,17 +183,18 @@ func mysqlPing(ctx context.Context, dsn string, s *Server) error {
 		return err
 	}
 	defer db.Close()
-	var one int
-	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
-		return fmt.Errorf("testenv: mysql: %w", err)
+	return mysqlConn(db).ping(ctx, s, "SELECT VERSION()")
+}
+
+func mysqlConn(db *sql.DB) sqlConn {
+	return sqlConn{
+		kind:  "mysql",
+		query: func(ctx context.Context, q string, dest any) error { return db.QueryRowContext(ctx, q).Scan(dest) },
+		exec: func(ctx context.Context, q string) error {
+			_, err := db.ExecContext(ctx, q)
+			return err
+		},
 	}
-	if s != nil && s.Version == "" {
-		var v string
-		if db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v) == nil {
-			s.Version = v
-		}
-	}
-	return nil
 }
 
 func openMySQL(dsn string) (*sql.DB, error) {
@@ -221,15 +220,12 @@ func mysqlSetup(ctx context.Context, rootDSN string, mariadb bool) error {
 		return err
 	}
 	defer db.Close()
-	stmts := []string{
-		"CREATE USER '" + User + "'@'%' IDENTIFIED BY '" + Password + "'",
-		"CREATE DATABASE " + Database,
-		"GRANT ALL PRIVILEGES ON " + Database + ".* TO '" + User + "'@'%'",
-	}
-	for _, q := range stmts {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("testenv: mysql: set-up: %w", err)
-		}
+	err = mysqlConn(db).run(ctx,
+		"CREATE USER '"+User+"'@'%' IDENTIFIED BY '"+Password+"'",
+		"CREATE DATABASE "+Database,
+		"GRANT ALL PRIVILEGES ON "+Database+".* TO '"+User+"'@'%'")
+	if err != nil {
+		return err
 	}
 	// KILL of another user's connection needs CONNECTION ADMIN (MariaDB
 	// 10.5+), CONNECTION_ADMIN (MySQL 8) or, before those, SUPER.

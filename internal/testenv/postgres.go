@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -62,12 +61,24 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
+// pgUser is the unprivileged user initdb and postgres run as when this
+// process is root (both refuse to run as root); nil otherwise.
+type pgUser struct{ uid, gid int }
+
+// credential is the process credential of u (nil for nil: this process's).
+func (u *pgUser) credential() *syscall.Credential {
+	if u == nil {
+		return nil
+	}
+	return &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), NoSetGroups: true}
+}
+
 // pgCredential returns the unprivileged user to run initdb and postgres as
-// when this process is root (both refuse to run as root): "postgres", which
-// the Debian package creates.
-func pgCredential() (*syscall.Credential, int, int, error) {
+// when this process is root: "postgres", which the Debian package creates,
+// or $DLOCK_PG_OSUSER.
+func pgCredential() (*pgUser, error) {
 	if os.Geteuid() != 0 {
-		return nil, -1, -1, nil
+		return nil, nil
 	}
 	name := env("DLOCK_PG_OSUSER")
 	if name == "" {
@@ -75,11 +86,11 @@ func pgCredential() (*syscall.Credential, int, int, error) {
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("testenv: running as root, PostgreSQL must run as an unprivileged user: %w (scripts/install-backends.sh creates %q)", err, name)
+		return nil, fmt.Errorf("testenv: running as root, PostgreSQL must run as an unprivileged user: %w (scripts/install-backends.sh creates %q)", err, name)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, uid, gid, nil
+	return &pgUser{uid: uid, gid: gid}, nil
 }
 
 // StartPostgres initialises a cluster with initdb in a temporary directory
@@ -97,46 +108,27 @@ func StartPostgres(ctx context.Context, opts *PGOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, uid, gid, err := pgCredential()
+	cred, err := pgCredential()
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	dir, err := newDir("postgres")
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Kind: KindPostgres, Dir: dir, stopSig: syscall.SIGINT} // SIGINT: fast shutdown
-	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "sock")
-	if err := os.Mkdir(sock, 0o755); err != nil {
-		s.close()
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
-	if cred != nil {
-		if err := chownTree(dir, uid, gid); err != nil {
-			s.close()
-			return nil, err
-		}
-	}
-	pwfile := filepath.Join(dir, "pwfile")
-	_ = os.WriteFile(pwfile, []byte("postgres\n"), 0o600)
-	if cred != nil {
-		_ = os.Chown(pwfile, uid, gid)
-	}
-	initdb := newCmd(cred, dir, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
-		"--pwfile", pwfile, "-E", "UTF8", "--locale=C", "--auth-local=trust",
-		"--auth-host=scram-sha-256", "--no-sync")
-	initdb.Env = pgEnv()
-	if err := runCmd(ctx, initdb); err != nil {
-		s.close()
-		return nil, err
-	}
-	_ = os.Remove(pwfile)
+	// SIGINT: fast shutdown.
+	return startLocal(KindPostgres, syscall.SIGINT, func(s *Server) error { return startPostgres(ctx, s, bin, cred, opts) })
+}
 
-	s.Settings = map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-	if opts.Durable {
-		s.Settings = map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+// startPostgres initialises s's cluster and starts the server. The first
+// start is ready when the superuser answers over the socket; then it
+// creates the dlock role and database, and from then on readiness is a
+// TCP round trip as dlock.
+func startPostgres(ctx context.Context, s *Server, bin string, cred *pgUser, opts *PGOptions) error {
+	data, sock := filepath.Join(s.Dir, "data"), filepath.Join(s.Dir, "sock")
+	if err := os.Mkdir(sock, 0o755); err != nil {
+		return fmt.Errorf("testenv: %w", err)
 	}
+	if err := initPostgres(ctx, s.Dir, bin, cred, data); err != nil {
+		return err
+	}
+	s.Settings = pgSettings(opts)
 	var port int
 	s.command = func() *exec.Cmd {
 		args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", sock,
@@ -149,53 +141,70 @@ func StartPostgres(ctx context.Context, opts *PGOptions) (*Server, error) {
 		for _, c := range opts.Config {
 			args = append(args, "-c", c)
 		}
-		cmd := newCmd(cred, dir, filepath.Join(bin, "postgres"), args...)
+		cmd := newCmd(cred.credential(), s.Dir, filepath.Join(bin, "postgres"), args...)
 		cmd.Env = pgEnv()
 		return cmd
 	}
-	for _, c := range opts.Config {
-		if k, v, ok := strings.Cut(c, "="); ok {
-			s.Settings[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	// First start: ready when the superuser answers over the socket; then
-	// create the dlock role and database, and from then on readiness is a
-	// TCP round trip as dlock.
 	superuser := func() string {
 		return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", sock, port)
 	}
 	s.ready = func(ctx context.Context) error { return pgPing(ctx, superuser(), s) }
-	for attempt := 0; ; attempt++ {
+	err := s.startOnFreePort(ctx, func() error {
 		ps, err := freePorts(1)
 		if err != nil {
-			s.close()
-			return nil, err
+			return err
 		}
 		port = ps[0]
 		s.Addr = loopback(port)
 		s.URL = fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", User, Password, s.Addr, Database)
 		s.DSN = s.URL
-		err = s.start(ctx)
-		if err == nil {
-			break
-		}
-		if attempt < 5 && bindFailure(err) && ctx.Err() == nil {
-			continue
-		}
-		s.close()
-		return nil, err
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := pgSetup(ctx, superuser()); err != nil {
-		s.close()
-		return nil, err
+		return err
 	}
 	s.ready = func(ctx context.Context) error { return pgPing(ctx, s.DSN, s) }
-	if err := s.waitReady(ctx, nil); err != nil {
-		s.close()
-		return nil, err
+	return s.waitReady(ctx, nil)
+}
+
+// pgSettings are the durability settings a server starts with, and the
+// settings of opts.Config.
+func pgSettings(opts *PGOptions) map[string]string {
+	on := "off"
+	if opts.Durable {
+		on = "on"
 	}
-	s.StartupTime = time.Since(t0)
-	return s, nil
+	settings := map[string]string{"fsync": on, "synchronous_commit": on, "full_page_writes": on}
+	for _, c := range opts.Config {
+		if k, v, ok := strings.Cut(c, "="); ok {
+			settings[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return settings
+}
+
+// initPostgres runs initdb on data (in dir, owned by cred's user when this
+// process is root), with the superuser postgres.
+func initPostgres(ctx context.Context, dir, bin string, cred *pgUser, data string) error {
+	if cred != nil {
+		if err := chownTree(dir, cred.uid, cred.gid); err != nil {
+			return err
+		}
+	}
+	pwfile := filepath.Join(dir, "pwfile")
+	_ = os.WriteFile(pwfile, []byte("postgres\n"), 0o600)
+	if cred != nil {
+		_ = os.Chown(pwfile, cred.uid, cred.gid)
+	}
+	defer os.Remove(pwfile)
+	initdb := newCmd(cred.credential(), dir, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"--pwfile", pwfile, "-E", "UTF8", "--locale=C", "--auth-local=trust",
+		"--auth-host=scram-sha-256", "--no-sync")
+	initdb.Env = pgEnv()
+	return runCmd(ctx, initdb)
 }
 
 func pgEnv() []string {
@@ -208,17 +217,7 @@ func pgPing(ctx context.Context, connString string, s *Server) error {
 		return fmt.Errorf("testenv: postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
-	var one int
-	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
-		return fmt.Errorf("testenv: postgres: %w", err)
-	}
-	if s != nil && s.Version == "" {
-		var v string
-		if conn.QueryRow(ctx, "SHOW server_version").Scan(&v) == nil {
-			s.Version = v
-		}
-	}
-	return nil
+	return pgConn(conn).ping(ctx, s, "SHOW server_version")
 }
 
 func pgSetup(ctx context.Context, superuser string) error {
@@ -227,16 +226,21 @@ func pgSetup(ctx context.Context, superuser string) error {
 		return fmt.Errorf("testenv: postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
-	for _, q := range []string{
-		"CREATE ROLE " + User + " LOGIN PASSWORD '" + Password + "'",
-		"CREATE DATABASE " + Database + " OWNER " + User,
-		"GRANT pg_signal_backend TO " + User,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("testenv: postgres: set-up: %w", err)
-		}
+	return pgConn(conn).run(ctx,
+		"CREATE ROLE "+User+" LOGIN PASSWORD '"+Password+"'",
+		"CREATE DATABASE "+Database+" OWNER "+User,
+		"GRANT pg_signal_backend TO "+User)
+}
+
+func pgConn(conn *pgx.Conn) sqlConn {
+	return sqlConn{
+		kind:  "postgres",
+		query: func(ctx context.Context, q string, dest any) error { return conn.QueryRow(ctx, q).Scan(dest) },
+		exec: func(ctx context.Context, q string) error {
+			_, err := conn.Exec(ctx, q)
+			return err
+		},
 	}
-	return nil
 }
 
 func chownTree(dir string, uid, gid int) error {

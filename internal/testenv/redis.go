@@ -50,35 +50,16 @@ func StartRedis(ctx context.Context, opts *RedisOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	dir, err := newDir("redis")
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Kind: KindRedis, Dir: dir, stopSig: syscall.SIGTERM}
-	s.command = func() *exec.Cmd { return newCmd(nil, dir, bin, filepath.Join(dir, "redis.conf")) }
-	for attempt := 0; ; attempt++ {
-		port, err := redisPort(opts.cluster)
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		if err := writeRedisConf(s, port, opts); err != nil {
-			s.close()
-			return nil, err
-		}
-		err = s.start(ctx)
-		if err == nil {
-			break
-		}
-		if attempt < 5 && bindFailure(err) && ctx.Err() == nil {
-			continue
-		}
-		s.close()
-		return nil, err
-	}
-	s.StartupTime = time.Since(t0)
-	return s, nil
+	return startLocal(KindRedis, syscall.SIGTERM, func(s *Server) error {
+		s.command = func() *exec.Cmd { return newCmd(nil, s.Dir, bin, filepath.Join(s.Dir, "redis.conf")) }
+		return s.startOnFreePort(ctx, func() error {
+			port, err := redisPort(opts.cluster)
+			if err != nil {
+				return err
+			}
+			return writeRedisConf(s, port, opts)
+		})
+	})
 }
 
 // redisPort picks a free port; a cluster node also needs port+10000 (its
@@ -224,32 +205,22 @@ func StartRedisCluster(ctx context.Context, masters int) (*Cluster, error) {
 // WaitOK waits until every node knows every other and reports
 // cluster_state:ok (after a node was killed and restarted, say).
 func (c *Cluster) WaitOK(ctx context.Context) error {
-	var last string
-	for {
-		ok := true
+	return poll(ctx, "redis cluster not ok", func() error {
 		for _, s := range c.Nodes {
 			v, err := RedisDo(ctx, s.Addr, "CLUSTER", "INFO")
 			if err != nil {
-				ok, last = false, err.Error()
-				break
+				return err
 			}
 			info, _ := v.(string)
 			if infoField(info, "cluster_state") != "ok" ||
 				infoField(info, "cluster_known_nodes") != strconv.Itoa(len(c.Nodes)) ||
 				infoField(info, "cluster_slots_ok") != "16384" {
-				ok, last = false, s.Addr+": "+strings.Join(strings.Fields(info)[:min(6, len(strings.Fields(info)))], " ")
-				break
+				fields := strings.Fields(info)
+				return fmt.Errorf("%s: %s", s.Addr, strings.Join(fields[:min(6, len(fields))], " "))
 			}
 		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("testenv: redis cluster not ok: %w (%s)", ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // Close closes every node.
@@ -260,10 +231,4 @@ func (c *Cluster) Close() error {
 	return c.close()
 }
 
-func (c *Cluster) close() error {
-	var errs []error
-	for _, s := range c.Nodes {
-		errs = append(errs, s.close())
-	}
-	return errors.Join(errs...)
-}
+func (c *Cluster) close() error { return closeServers(c.Nodes) }

@@ -221,6 +221,107 @@ func (e *startError) Error() string {
 	return s
 }
 
+// startLocal is how every server run from a local binary starts: in a new
+// directory, by start, which runs its binary (a server of kind, which
+// stopSig asks to shut down cleanly). The server is closed when start
+// fails; StartupTime counts from the directory's creation.
+func startLocal(kind string, stopSig syscall.Signal, start func(s *Server) error) (*Server, error) {
+	t0 := time.Now()
+	dir, err := newDir(kind)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Kind: kind, Dir: dir, stopSig: stopSig}
+	if err := start(s); err != nil {
+		s.close()
+		return nil, err
+	}
+	s.StartupTime = time.Since(t0)
+	return s, nil
+}
+
+// retryBind calls start until it succeeds or fails for another reason than
+// a port taken between choosing it and binding it (another process was
+// quicker), at most six times.
+func retryBind(ctx context.Context, start func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := start()
+		if err == nil || attempt == 5 || !bindFailure(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// startOnFreePort starts s on a free loopback port: listen chooses the
+// port and sets s up for it, each time the start is retried.
+func (s *Server) startOnFreePort(ctx context.Context, listen func() error) error {
+	return retryBind(ctx, func() error {
+		if err := listen(); err != nil {
+			return err
+		}
+		return s.start(ctx)
+	})
+}
+
+// sqlConn is a connection to a SQL server as the readiness checks and the
+// set-up of PostgreSQL and MySQL use it, whatever the client library.
+type sqlConn struct {
+	kind  string // in errors: "postgres", "mysql"
+	query func(ctx context.Context, q string, dest any) error
+	exec  func(ctx context.Context, q string) error
+}
+
+// ping checks that the server answers SELECT 1, and records its version
+// (versionSQL) in s the first time.
+func (c sqlConn) ping(ctx context.Context, s *Server, versionSQL string) error {
+	var one int
+	if err := c.query(ctx, "SELECT 1", &one); err != nil {
+		return fmt.Errorf("testenv: %s: %w", c.kind, err)
+	}
+	if s != nil && s.Version == "" {
+		var v string
+		if c.query(ctx, versionSQL, &v) == nil {
+			s.Version = v
+		}
+	}
+	return nil
+}
+
+// run executes set-up statements in order.
+func (c sqlConn) run(ctx context.Context, stmts ...string) error {
+	for _, q := range stmts {
+		if err := c.exec(ctx, q); err != nil {
+			return fmt.Errorf("testenv: %s: set-up: %w", c.kind, err)
+		}
+	}
+	return nil
+}
+
+// poll calls check every 50ms until it returns nil or ctx ends; the error
+// then says what was awaited and check's last error.
+func poll(ctx context.Context, what string, check func() error) error {
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testenv: %s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// closeServers closes every server of a cluster or ensemble.
+func closeServers(servers []*Server) error {
+	var errs []error
+	for _, s := range servers {
+		errs = append(errs, s.close())
+	}
+	return errors.Join(errs...)
+}
+
 // bindFailure reports whether a start failed because the port was taken.
 func bindFailure(err error) bool {
 	var se *startError

@@ -166,20 +166,19 @@ func startZK(ctx context.Context, n int, opts *ZKOptions) (*Ensemble, error) {
 		forceSync = "yes"
 	}
 	t0 := time.Now()
-	for attempt := 0; ; attempt++ {
-		e, err := tryStartZK(ctx, inst, n, tick, forceSync)
-		if err == nil {
-			e.StartupTime = time.Since(t0)
-			for _, s := range e.Servers {
-				s.StartupTime = e.StartupTime
-			}
-			return e, nil
-		}
-		if attempt < 5 && bindFailure(err) && ctx.Err() == nil {
-			continue
-		}
+	var e *Ensemble
+	err = retryBind(ctx, func() (err error) {
+		e, err = tryStartZK(ctx, inst, n, tick, forceSync)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
+	e.StartupTime = time.Since(t0)
+	for _, s := range e.Servers {
+		s.StartupTime = e.StartupTime
+	}
+	return e, nil
 }
 
 func tryStartZK(ctx context.Context, inst *zkInstall, n, tick int, forceSync string) (*Ensemble, error) {
@@ -371,28 +370,18 @@ func zkMode(ctx context.Context, addr string) (string, error) {
 // WaitServing waits until every member answers srvr with Mode leader or
 // follower (after killing and restarting members, say).
 func (e *Ensemble) WaitServing(ctx context.Context) error {
-	var last error
-	for {
-		last = nil
+	return poll(ctx, "zookeeper ensemble not serving", func() error {
 		for _, s := range e.Servers {
 			m, err := zkMode(ctx, s.Addr)
-			if err == nil && m != "leader" && m != "follower" {
-				err = fmt.Errorf("testenv: zookeeper %s: mode %s", s.Addr, m)
-			}
 			if err != nil {
-				last = err
-				break
+				return err
+			}
+			if m != "leader" && m != "follower" {
+				return fmt.Errorf("testenv: zookeeper %s: mode %s", s.Addr, m)
 			}
 		}
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("testenv: zookeeper ensemble not serving: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // Leader returns the member that srvr reports as leader.
@@ -415,10 +404,4 @@ func (e *Ensemble) Close() error {
 	return e.close()
 }
 
-func (e *Ensemble) close() error {
-	var errs []error
-	for _, s := range e.Servers {
-		errs = append(errs, s.close())
-	}
-	return errors.Join(errs...)
-}
+func (e *Ensemble) close() error { return closeServers(e.Servers) }
