@@ -2,19 +2,25 @@
 // make a cron or deploy job run on only one host at a time, like flock(1)
 // across machines.
 //
-//	dlock run [-url URL] [-ttl D] [-wait D | -no-wait] [-grace D] [-v] NAME -- COMMAND [ARG...]
-//	dlock status [-url URL] [-json] [-timeout D] NAME
-//	dlock help
+//	dlock run [-url-file FILE | -url URL] [-ttl D] [-wait D | -no-wait] [-E CODE] [-grace D] [-v] NAME -- COMMAND [ARG...]
+//	dlock status [-url-file FILE | -url URL] [-json] [-timeout D] NAME
+//	dlock version
+//	dlock help [run | status]
 //
-// "dlock run" acquires the lock NAME on the lock service at URL (-url, or
-// the DLOCK_URL environment variable), runs COMMAND with DLOCK_NAME,
-// DLOCK_TOKEN (the lease's fencing token) and DLOCK_URL (redacted by
-// driver.Redact: the password and every secret parameter, such as
-// sslpassword, replaced by xxxxx, so COMMAND cannot reconnect with it)
-// added to its environment, keeps the lease alive while
+// "dlock run" acquires the lock NAME on the lock service at URL, runs
+// COMMAND with DLOCK_NAME, DLOCK_TOKEN (the lease's fencing token) and
+// DLOCK_URL (redacted by driver.Redact: the password and every secret
+// parameter, such as sslpassword, replaced by xxxxx, so COMMAND cannot
+// reconnect with it) added to its environment, keeps the lease alive while
 // COMMAND runs, releases the lock when COMMAND exits and exits with
 // COMMAND's status. By default it waits for the lock as long as it takes;
-// -wait D gives up after D and -no-wait does not wait at all.
+// -wait D gives up after D and -no-wait does not wait at all. Either way a
+// lock dlock could not get exits 75, or the CODE of -E CODE (as flock -E).
+// A lock service that does not answer is reported (status 69) within the
+// budget of the wait: D with -wait D, one second with -no-wait.
+//
+// A duration D is a number of seconds, as flock -w takes it (5, 0.5), or a
+// Go duration (90s, 1m30s, 500ms).
 //
 // SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 // forwarded to COMMAND; the lock is released once COMMAND has exited.
@@ -33,28 +39,45 @@
 // say, by which owner (host/pid of the dlock that holds it), for how much
 // longer, the last fencing token and the number of waiters.
 //
+// "dlock version" prints the module version dlock was built from and the
+// Go version that built it.
+//
 // # Exit status
 //
 // Of "dlock run":
 //
-//	0-125  COMMAND's exit status
-//	64     usage error: bad flags or arguments, missing or malformed URL,
-//	       invalid lock name or TTL (EX_USAGE)
-//	69     the lock service could not be reached or failed (EX_UNAVAILABLE)
-//	75     the lock is busy: -no-wait found it held, or -wait D ran out
-//	       (EX_TEMPFAIL, as flock -n -E 75)
-//	76     the lock was lost while COMMAND ran; COMMAND was sent SIGTERM
-//	       (SIGKILL after -grace)
-//	126    COMMAND could not be executed (permission denied, ...)
-//	127    COMMAND was not found
-//	128+N  COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM);
-//	       also dlock's own status when signal N interrupted it while it
-//	       was waiting for the lock
+//	0-125  command      COMMAND's own exit status
+//	64     usage        usage error: bad flags or arguments, missing or
+//	                    malformed URL, invalid lock name or TTL (EX_USAGE)
+//	69     unavailable  the lock service could not be reached or failed
+//	                    (EX_UNAVAILABLE)
+//	75     busy         the lock is busy: -no-wait found it held, or -wait
+//	                    D ran out; COMMAND was not run (EX_TEMPFAIL, as
+//	                    flock -n -E 75; -E CODE makes it CODE)
+//	76     lost         the lock was lost while COMMAND ran; COMMAND was
+//	                    sent SIGTERM (SIGKILL after -grace)
+//	126    cannot-exec  COMMAND could not be executed (permission denied,
+//	                    ...)
+//	127    not-found    COMMAND was not found
+//	128+N  signal       COMMAND was killed by signal N (130 for SIGINT,
+//	                    143 for SIGTERM); also dlock's own status when
+//	                    signal N interrupted it while it was waiting for
+//	                    the lock
 //
 // Whenever the status is dlock's own (not COMMAND's), dlock prints one line
 // saying why on standard error. "dlock status" exits 0, 64 or 69.
 //
 // # URLs
+//
+// The URL comes from -url-file FILE (the first non-empty line of FILE),
+// -url URL or, when neither is given, the DLOCK_URL environment variable.
+// Keep a password off the command line: ps shows every process's command
+// line to every user of the host, and cron logs each crontab command it
+// runs ("CMD (...)" in syslog), so "DLOCK_URL=redis://:PASSWORD@... dlock
+// run ..." in a crontab is no better. Put the URL in a file only dlock's
+// user can read and give -url-file, or set DLOCK_URL from such a file in
+// a script. dlock refuses a -url-file that every user of the host can
+// read when the URL in it holds a password or another secret parameter.
 //
 // The URL names the backend and its options; see the driver packages
 // (github.com/dlock-go/dlock/redis, .../zookeeper, .../postgres, .../mysql)
@@ -71,16 +94,23 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Exit statuses of dlock itself (see the package doc).
+// Exit statuses of dlock itself; exitStatuses says what each means.
 const (
 	exitUsage       = 64  // EX_USAGE
 	exitUnavailable = 69  // EX_UNAVAILABLE
@@ -91,8 +121,49 @@ const (
 	exitSignalBase  = 128 // 128+N: killed by signal N
 )
 
-// envURL is the environment variable that supplies the URL when -url is
-// not given; the variables COMMAND gets are in run.go.
+// exitStatus is one row of the exit-status table.
+type exitRow struct {
+	status  string // "75", or a range: "0-125", "128+N"
+	name    string // a short name for scripts and readers
+	meaning string // Markdown: `code` spans lose their backquotes in text
+}
+
+// exitStatuses is the one table of the exit statuses of "dlock run". The
+// help text is made from it, and TestExitStatusDocs checks the package
+// doc, README.md and cmd/dlock/README.md against it (go test -run
+// TestExitStatusDocs -update rewrites them).
+var exitStatuses = []exitRow{
+	{"0-125", "command", "COMMAND's own exit status"},
+	{strconv.Itoa(exitUsage), "usage", "usage error: bad flags or arguments, missing or malformed URL, invalid lock name or TTL (`EX_USAGE`)"},
+	{strconv.Itoa(exitUnavailable), "unavailable", "the lock service could not be reached or failed (`EX_UNAVAILABLE`)"},
+	{strconv.Itoa(exitBusy), "busy", "the lock is busy: `-no-wait` found it held, or `-wait D` ran out; COMMAND was not run (`EX_TEMPFAIL`, as `flock -n -E 75`; `-E CODE` makes it CODE)"},
+	{strconv.Itoa(exitLost), "lost", "the lock was lost while COMMAND ran; COMMAND was sent SIGTERM (SIGKILL after `-grace`)"},
+	{strconv.Itoa(exitCannotExec), "cannot-exec", "COMMAND could not be executed (permission denied, ...)"},
+	{strconv.Itoa(exitNotFound), "not-found", "COMMAND was not found"},
+	{strconv.Itoa(exitSignalBase) + "+N", "signal", "COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM); also dlock's own status when signal N interrupted it while it was waiting for the lock"},
+}
+
+// exitStatusText renders exitStatuses as indented plain text of at most
+// width columns, for the help text and the package doc.
+func exitStatusText(indent string, width int) string {
+	var b strings.Builder
+	for _, e := range exitStatuses {
+		head := fmt.Sprintf("%s%-6s %-13s", indent, e.status, e.name)
+		line := head
+		for _, w := range strings.Fields(strings.ReplaceAll(e.meaning, "`", "")) {
+			if len(line) > len(head) && len(line)+len(w) > width {
+				b.WriteString(strings.TrimRight(line, " ") + "\n")
+				line = strings.Repeat(" ", len(head))
+			}
+			line += w + " "
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	return b.String()
+}
+
+// envURL is the environment variable that supplies the URL when neither
+// -url nor -url-file is given; the variables COMMAND gets are in run.go.
 const envURL = "DLOCK_URL"
 
 func main() {
@@ -108,19 +179,44 @@ type cli struct {
 
 func (c cli) main(args []string) int {
 	if len(args) == 0 {
-		return c.usageError("missing subcommand (run or status)")
+		return c.usageError("missing subcommand (run, status, version or help)")
 	}
 	switch args[0] {
 	case "run":
 		return c.run(args[1:])
 	case "status":
 		return c.status(args[1:])
+	case "version", "-version", "--version":
+		fmt.Fprintln(c.stdout, version(debug.ReadBuildInfo()))
+		return 0
 	case "help", "-h", "-help", "--help":
-		c.help(c.stdout)
+		switch topic := strings.Join(args[1:], " "); topic {
+		case "":
+			c.help(c.stdout)
+		case "run":
+			fmt.Fprint(c.stdout, runUsage())
+		case "status":
+			fmt.Fprint(c.stdout, statusUsage())
+		default:
+			return c.usageError(fmt.Sprintf("no help on %q (want dlock help, dlock help run or dlock help status)", topic))
+		}
 		return 0
 	default:
-		return c.usageError(fmt.Sprintf("unknown subcommand %q (want run or status)", args[0]))
+		return c.usageError(fmt.Sprintf("unknown subcommand %q (want run, status, version or help)", args[0]))
 	}
+}
+
+// version is what "dlock version" prints: the main module's version ("(devel)"
+// for a build from a source tree without a version) and the Go version.
+func version(bi *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "dlock (unknown version) (" + runtime.Version() + ")"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	return fmt.Sprintf("dlock %s (%s)", v, bi.GoVersion)
 }
 
 // usageError prints a one-line usage error and returns exitUsage.
@@ -140,10 +236,14 @@ func (c cli) failf(code int, rawURL, format string, args ...any) int {
 	return code
 }
 
-// errText is an error's message without the library's "dlock: " prefix, on
-// one line.
+// libPrefix is the library's "dlock: " prefix where it starts a message or
+// a joined part of one, not the tail of a word such as "redlock: ".
+var libPrefix = regexp.MustCompile(`(^|[^\pL\pN_])dlock: `)
+
+// errText is an error's message without the library's "dlock: " prefixes,
+// on one line.
 func errText(err error) string {
-	return oneLine(strings.ReplaceAll(err.Error(), "dlock: ", ""))
+	return oneLine(libPrefix.ReplaceAllString(err.Error(), "$1"))
 }
 
 // oneLine joins a multi-line message (errors.Join) with "; ".
@@ -157,16 +257,118 @@ func scrub(s, rawURL string) string {
 	return driver.Scrub(s, rawURL)
 }
 
-// resolveURL returns the URL from the -url flag or DLOCK_URL.
-func (c cli) resolveURL(flagURL string) (string, error) {
-	u := flagURL
-	if u == "" {
-		u = c.getenv(envURL)
+// urlFlags are the flags that say where the URL is, common to run and
+// status.
+type urlFlags struct {
+	url, file string
+}
+
+func (u *urlFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&u.file, "url-file", "", "read the lock service URL from the first non-empty line of `FILE` (keep it readable by dlock's user only)")
+	fs.StringVar(&u.url, "url", "", "lock service `URL`; with a password, prefer -url-file or $"+envURL+": ps shows command lines to every user")
+}
+
+// maxURLFile bounds what -url-file reads: a URL is one line.
+const maxURLFile = 64 << 10
+
+// resolveURL returns the URL from -url, -url-file or DLOCK_URL. Its errors
+// are usage errors that never show what the file holds.
+func (c cli) resolveURL(u urlFlags) (string, error) {
+	switch {
+	case u.url != "" && u.file != "":
+		return "", errors.New("-url and -url-file exclude each other: give one")
+	case u.url != "":
+		return u.url, nil
+	case u.file != "":
+		return readURLFile(u.file)
 	}
-	if u == "" {
-		return "", fmt.Errorf("no lock service URL: give -url URL or set %s", envURL)
+	if v := c.getenv(envURL); v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("no lock service URL: give -url-file FILE or -url URL, or set %s", envURL)
+}
+
+// readURLFile reads the URL from the first non-empty line of path. It
+// refuses a file that every user can read when the URL holds a secret: a
+// group-readable file is an administrator's explicit grant (a 0640 file of
+// a "dlock" group), while a world-readable one is the accident of umask
+// 022 that -url-file exists to avoid. A warning would not do: under cron
+// it would mail every run, and a successful dlock prints nothing of its own.
+func readURLFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("-url-file: %v", err) // *PathError: the operation, the path, the cause
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("-url-file: %v", err)
+	}
+	if fi.IsDir() {
+		return "", fmt.Errorf("-url-file %s: is a directory, want a file holding the URL", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxURLFile))
+	if err != nil {
+		return "", fmt.Errorf("-url-file %s: cannot read it: %v", path, errors.Unwrap(err))
+	}
+	var u string
+	for line := range strings.Lines(string(b)) {
+		if u = strings.TrimSpace(line); u != "" {
+			break
+		}
+	}
+	switch {
+	case u == "":
+		return "", fmt.Errorf("-url-file %s: no URL in it (want the URL on its first non-empty line)", path)
+	case !looksLikeURL(u):
+		// dlock.Open would quote a malformed URL: the file may hold a bare
+		// password.
+		return "", fmt.Errorf("-url-file %s: its first non-empty line is not a URL (want scheme://...)", path)
+	case fi.Mode().Perm()&0o004 != 0 && len(driver.Secrets(u)) > 0:
+		return "", fmt.Errorf("-url-file %s: every user of the host can read it (mode %04o) and its URL holds a password: chmod o-r %s", path, fi.Mode().Perm(), path)
 	}
 	return u, nil
+}
+
+// looksLikeURL reports whether s starts with an RFC 3986 scheme and "://".
+func looksLikeURL(s string) bool {
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok || scheme == "" {
+		return false
+	}
+	for i, r := range scheme {
+		letter := 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z'
+		if !letter && (i == 0 || !('0' <= r && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// durationValue is the flag.Value of every duration flag (-ttl, -wait,
+// -grace, -timeout): a Go duration (90s, 1m30s) or a number of seconds
+// (5, 0.5), as flock -w takes it.
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+func (d *durationValue) Set(s string) error {
+	if v, err := time.ParseDuration(s); err == nil {
+		*d = durationValue(v)
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > math.MaxInt64/float64(time.Second) {
+		return errors.New("want a number of seconds (5, 0.5) or a duration (90s, 1m30s, 500ms)")
+	}
+	*d = durationValue(math.Round(f * float64(time.Second)))
+	return nil
+}
+
+// durationVar defines a duration flag of fs with its default value.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
 }
 
 // openStatus is the exit status for an error from dlock.Open or an
@@ -188,46 +390,82 @@ func openFailure(err error) string {
 	return "cannot open the lock service: " + errText(err)
 }
 
+// Usage lines and descriptions of the subcommands, shared by "dlock help"
+// and "dlock run -h" / "dlock status -h".
+const (
+	runSynopsis    = "dlock run [flags] NAME -- COMMAND [ARG...]"
+	statusSynopsis = "dlock status [flags] NAME"
+	runAbout       = `dlock run acquires the lock NAME, runs COMMAND with DLOCK_NAME, DLOCK_TOKEN
+(the fencing token, which increases with every holder) and DLOCK_URL (its
+password and secret parameters replaced by xxxxx) in its environment, keeps
+the lease alive while COMMAND runs, releases the lock when COMMAND exits, and
+exits with COMMAND's status. Signals to dlock (INT, TERM, HUP, QUIT, USR1,
+USR2) are forwarded to COMMAND's process group. If the lease is lost, COMMAND
+gets SIGTERM, then SIGKILL after -grace, and dlock exits 76.
+`
+	statusAbout = `dlock status prints whether the lock NAME is held and, where the backend can
+tell, by whom (host/pid), until when, its last fencing token and its waiters.
+`
+	urlAbout = `The lock service URL comes from -url-file FILE, -url URL or, when neither is
+given, $DLOCK_URL. Keep a password off the command line, where ps shows it to
+every user of the host: put the URL in a file only dlock's user can read and
+give -url-file (dlock refuses a file that every user can read if its URL holds
+a password), or set DLOCK_URL.
+
+A duration D is a number of seconds (5, 0.5, as flock -w) or a Go duration
+(90s, 1m30s, 500ms).
+`
+)
+
+// runUsage is the help of "dlock run -h": its usage and flags.
+func runUsage() string {
+	return "Usage: " + runSynopsis + "\n\n" + runAbout + "\nFlags:\n" + flagDefaults(newRunFlags(nil)) +
+		"\n" + urlAbout + "\nExit status: see dlock help.\n"
+}
+
+// statusUsage is the help of "dlock status -h": its usage and flags.
+func statusUsage() string {
+	return "Usage: " + statusSynopsis + "\n\n" + statusAbout + "\nFlags:\n" + flagDefaults(newStatusFlags(nil)) +
+		"\n" + urlAbout + "\nExit status: 0, 64 (usage error) or 69 (the lock service failed).\n"
+}
+
 func (c cli) help(w io.Writer) {
 	fmt.Fprintf(w, `dlock runs a command while holding a distributed lock, so that a cron or
 deploy job runs on only one host at a time (flock(1) across machines).
 
 Usage:
-  dlock run [-url URL] [-ttl D] [-wait D | -no-wait] [-grace D] [-v] NAME -- COMMAND [ARG...]
-  dlock status [-url URL] [-json] [-timeout D] NAME
-  dlock help
+  %s
+  %s
+  dlock version
+  dlock help [run | status]
 
-dlock run acquires the lock NAME, runs COMMAND with DLOCK_NAME, DLOCK_TOKEN
-(the fencing token, which increases with every holder) and DLOCK_URL (its
-password and secret parameters replaced by xxxxx) in its environment, keeps the lease alive while
-COMMAND runs, releases the lock when COMMAND exits, and exits with COMMAND's
-status. Signals to dlock (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to
-COMMAND's process group. If the lease is lost, COMMAND gets SIGTERM, then
-SIGKILL after -grace, and dlock exits 76.
-
+%s
+%s
 Flags of run:
 %s
 Flags of status:
 %s
-The URL comes from -url or, when that is not given, from $DLOCK_URL.
+%s
+URLs, for example (the driver packages document every parameter):
+  redis://:PASSWORD@10.0.0.5:6379/0
+  redlock://10.0.0.5:6379,10.0.0.6:6379,10.0.0.7:6379
+  zk://zk1:2181,zk2:2181,zk3:2181/dlock
+  postgres://app:PASSWORD@db:5432/app?strategy=advisory
+  mysql://app:PASSWORD@db:3306/app?strategy=getlock
 Backends compiled in: %s.
 
 Exit status of run:
-  0-125  COMMAND's exit status
-  64     usage error (bad flags or arguments, missing or malformed URL)
-  69     the lock service could not be reached or failed
-  75     the lock is busy: -no-wait found it held, or -wait D ran out
-  76     the lock was lost while COMMAND ran (COMMAND was terminated)
-  126    COMMAND could not be executed; 127: COMMAND was not found
-  128+N  COMMAND was killed by signal N (or dlock was, while waiting)
+%s
 dlock prints one line on standard error whenever the status is its own.
 
-Examples:
+Examples (/etc/dlock/redis.url holds redis://:PASSWORD@10.0.0.5:6379/0 and only
+dlock's user can read it: create it with install -m 600 /dev/null, then edit it):
+
   # Redis: run the nightly backup on one host only; the others skip it.
-  dlock run -url 'redis://:PASSWORD@10.0.0.5:6379/0' -no-wait -ttl 30s \
+  dlock run -url-file /etc/dlock/redis.url -no-wait -ttl 30s \
       nightly-backup -- /usr/local/bin/backup.sh
 
-  # Redlock over three independent Redis masters.
+  # Redlock over three independent Redis masters (no password: -url is fine).
   dlock run -url redlock://10.0.0.5:6379,10.0.0.6:6379,10.0.0.7:6379 \
       -no-wait report -- ./make-report
 
@@ -236,17 +474,18 @@ Examples:
   dlock run -wait 10m deploy/web -- ./deploy.sh web
 
   # PostgreSQL advisory lock: freed at once if this host dies.
-  dlock run -url 'postgres://app:PASSWORD@db:5432/app?strategy=advisory' \
-      -no-wait billing-run -- php artisan billing:run
+  dlock run -url-file /etc/dlock/pg.url -no-wait billing-run -- php artisan billing:run
 
-  # MySQL/MariaDB GET_LOCK.
-  dlock run -url 'mysql://app:PASSWORD@db:3306/app?strategy=getlock' \
-      -wait 1m migrate -- ./migrate up
+  # MySQL/MariaDB GET_LOCK, the URL in the environment of a script.
+  DLOCK_URL=$(cat /etc/dlock/mysql.url) dlock run -wait 1m migrate -- ./migrate up
 
   # Who holds it?
-  dlock status -url 'redis://:PASSWORD@10.0.0.5:6379/0' nightly-backup
+  dlock status -url-file /etc/dlock/redis.url nightly-backup
 
-  # In a crontab, on every host:
-  */5 * * * * DLOCK_URL=redis://10.0.0.5:6379/0 dlock run -no-wait sync -- /opt/sync.sh
-`, flagDefaults(newRunFlags(nil)), flagDefaults(newStatusFlags(nil)), strings.Join(dlock.Schemes(), ", "))
+  # In a crontab, on every host. As flock -w 5 -E 0: wait up to 5 seconds for
+  # the lock; a busy lock exits 0 (with one line on standard error).
+  */5 * * * * dlock run -url-file /etc/dlock/redis.url -wait 5 -E 0 sync -- /opt/sync.sh
+`, runSynopsis, statusSynopsis, runAbout, statusAbout,
+		flagDefaults(newRunFlags(nil)), flagDefaults(newStatusFlags(nil)), urlAbout, strings.Join(dlock.Schemes(), ", "),
+		strings.TrimSuffix(exitStatusText("  ", 78), "\n"))
 }

@@ -42,9 +42,22 @@ func redisUser(t *testing.T, pw string) string {
 	return s.URL
 }
 
+// writeURLFile writes u to dir/url, mode 0600, as an operator keeps a URL
+// for -url-file, and returns its path. One path for every URL, so that
+// two runs' messages differ only by what the file holds.
+func writeURLFile(t *testing.T, dir, u string) string {
+	t.Helper()
+	path := filepath.Join(dir, "url")
+	if err := os.WriteFile(path, []byte(u+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestWrongPasswordNeverShown runs dlock as an operator would, with a
-// wrong password, against the real servers and an unreachable port: no
-// dlock.Open error and no line on dlock's stderr shows the password.
+// wrong password in -url and in a -url-file, against the real servers and
+// an unreachable port: no dlock.Open error and no line on dlock's stderr
+// shows the password.
 func TestWrongPasswordNeverShown(t *testing.T) {
 	ctx := testCtx(t, 5*time.Minute)
 	type target struct{ name, url, user string }
@@ -60,6 +73,7 @@ func TestWrongPasswordNeverShown(t *testing.T) {
 		target{"mysql-unreachable", "mysql://127.0.0.1:1/db?timeout=1s", "u"})
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
+			dir := t.TempDir()
 			for _, pw := range leakPasswords {
 				for _, raw := range []bool{false, true} {
 					u, base := withPassword(tg.url, tg.user, pw, raw), withPassword(tg.url, tg.user, secrettest.Other(pw), raw)
@@ -78,6 +92,13 @@ func TestWrongPasswordNeverShown(t *testing.T) {
 					_, _, stderrBase := runDlock(t, ctx, os.Environ(), args...)
 					if secrettest.Leaks(stderr, stderrBase, pw) || stderr == "" {
 						t.Errorf("dlock run -url %q: stderr shows the password %q:\n%s\nbase:\n%s", u, pw, stderr, stderrBase)
+					}
+					args[3], args[4] = "-url-file", writeURLFile(t, dir, u)
+					_, _, stderr = runDlock(t, ctx, os.Environ(), args...)
+					writeURLFile(t, dir, base)
+					_, _, stderrBase = runDlock(t, ctx, os.Environ(), args...)
+					if secrettest.Leaks(stderr, stderrBase, pw) || stderr == "" {
+						t.Errorf("dlock run -url-file holding %q: stderr shows the password %q:\n%s\nbase:\n%s", u, pw, stderr, stderrBase)
 					}
 				}
 			}

@@ -31,14 +31,20 @@ const (
 	// look-up of the holder for a "busy" message.
 	releaseTimeout = 10 * time.Second
 	inspectTimeout = 2 * time.Second
+	// noWaitBudget bounds reaching the lock service with -no-wait (Open
+	// and the one attempt): client libraries retry a refused connection
+	// for seconds, which is no way to "not wait". A service on the same
+	// network answers in milliseconds.
+	noWaitBudget = time.Second
 )
 
 type runOpts struct {
-	url     string
+	url     urlFlags
 	ttl     time.Duration
 	wait    time.Duration
 	noWait  bool
 	grace   time.Duration
+	busy    int // exit status when the lock is busy (-E)
 	verbose bool
 }
 
@@ -49,11 +55,12 @@ func newRunFlags(o *runOpts) *flag.FlagSet {
 		o = new(runOpts)
 	}
 	fs := flag.NewFlagSet("dlock run", flag.ContinueOnError)
-	fs.StringVar(&o.url, "url", "", "lock service `URL` (default $DLOCK_URL)")
-	fs.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "lease length `D`: a crashed holder's lock is freed after at most D on TTL-bound backends (Redis); the lease is renewed every D/3 while COMMAND runs")
-	fs.DurationVar(&o.wait, "wait", 0, "give up (status 75) when the lock is not acquired within `D` (default: wait as long as it takes)")
-	fs.BoolVar(&o.noWait, "no-wait", false, "do not wait: exit with status 75 at once when the lock is held")
-	fs.DurationVar(&o.grace, "grace", defaultGrace, "after a lost lease, time `D` between SIGTERM and SIGKILL to COMMAND")
+	o.url.register(fs)
+	durationVar(fs, &o.ttl, "ttl", dlock.DefaultTTL, "lease length `D`: a crashed holder's lock is freed after at most D on TTL-bound backends (Redis); the lease is renewed every D/3 while COMMAND runs")
+	durationVar(fs, &o.wait, "wait", 0, "give up (status 75, or -E's) when the lock is not acquired within `D`, seconds (as flock -w) or a duration; also bounds reaching the lock service (default: wait as long as it takes)")
+	fs.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("do not wait: exit with status 75 (or -E's) at once when the lock is held; the lock service gets %v to answer", noWaitBudget))
+	fs.IntVar(&o.busy, "E", exitBusy, "exit status `CODE` (0-255) when the lock is busy (-no-wait) or -wait ran out, as flock -E")
+	durationVar(fs, &o.grace, "grace", defaultGrace, "after a lost lease, time `D` between SIGTERM and SIGKILL to COMMAND")
 	fs.BoolVar(&o.verbose, "v", false, "report acquire, release and forwarded signals on standard error")
 	fs.SetOutput(discard{})
 	return fs
@@ -84,37 +91,76 @@ func parseRun(args []string) (o runOpts, name string, command []string, msg stri
 		}
 		return o, "", nil, err.Error(), false
 	}
-	waitSet := false
-	fs.Visit(func(f *flag.Flag) { waitSet = waitSet || f.Name == "wait" })
-	rest := fs.Args()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
-	case waitSet && o.noWait:
+	case set["wait"] && o.noWait:
 		return o, "", nil, "-wait and -no-wait exclude each other", false
-	case waitSet && o.wait <= 0:
+	case set["wait"] && o.wait <= 0:
 		return o, "", nil, fmt.Sprintf("-wait %v: want a positive duration (or -no-wait)", o.wait), false
 	case o.ttl < dlock.MinTTL:
 		return o, "", nil, fmt.Sprintf("-ttl %v: want at least %v", o.ttl, dlock.MinTTL), false
 	case o.grace < 0:
 		return o, "", nil, fmt.Sprintf("-grace %v: want a non-negative duration", o.grace), false
+	case o.busy < 0 || o.busy > 255:
+		return o, "", nil, fmt.Sprintf("-E %d: want an exit status from 0 to 255", o.busy), false
+	}
+	name, command, msg = runArgs(fs.Args(), flagsEndWithDashes(fs, args))
+	return o, name, command, msg, false
+}
+
+// runArgs splits the arguments after the flags into NAME and COMMAND.
+// dashes says that the flags ended with "--", which the flag package
+// consumes: everything after it is COMMAND, and NAME is missing. After
+// NAME, "--" is optional.
+func runArgs(rest []string, dashes bool) (name string, command []string, msg string) {
+	const usage = "dlock run [flags] NAME -- COMMAND [ARG...]"
+	switch {
 	case len(rest) == 0:
-		return o, "", nil, "missing lock NAME and COMMAND: dlock run [flags] NAME -- COMMAND [ARG...]", false
+		return "", nil, "missing lock NAME and COMMAND: " + usage
+	case dashes:
+		return "", nil, fmt.Sprintf("missing lock NAME: it goes before --, and %q after -- is COMMAND: %s", rest[0], usage)
 	}
 	name, command = rest[0], rest[1:]
 	if len(command) > 0 && command[0] == "--" {
 		command = command[1:]
 	} else if len(command) > 0 && strings.HasPrefix(command[0], "-") {
-		return o, "", nil, fmt.Sprintf("%q after NAME: flags go before NAME, and -- before COMMAND", command[0]), false
+		return "", nil, fmt.Sprintf("%q after NAME: flags go before NAME, and -- before COMMAND", command[0])
 	}
 	if len(command) == 0 {
-		return o, "", nil, fmt.Sprintf("missing COMMAND: dlock run [flags] %s -- COMMAND [ARG...]", name), false
+		return "", nil, fmt.Sprintf("missing COMMAND: dlock run [flags] %s -- COMMAND [ARG...]", name)
 	}
-	return o, name, command, "", false
+	return name, command, ""
+}
+
+// flagsEndWithDashes reports whether fs, having parsed args, stopped at a
+// "--" (which it consumed) rather than at the first argument that is not
+// a flag. It walks args as the flag package does: a "--" that is the value
+// of a flag does not count.
+func flagsEndWithDashes(fs *flag.FlagSet, args []string) bool {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return true
+		case len(a) < 2 || a[0] != '-':
+			return false
+		case strings.Contains(a, "="):
+			continue
+		}
+		if f := fs.Lookup(strings.TrimPrefix(a[1:], "-")); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // the next argument is the flag's value
+			}
+		}
+	}
+	return false
 }
 
 func (c cli) run(args []string) int {
 	o, name, command, msg, help := parseRun(args)
 	if help {
-		c.help(c.stdout)
+		fmt.Fprint(c.stdout, runUsage())
 		return 0
 	}
 	if msg != "" {
@@ -185,38 +231,65 @@ func (c cli) acquireInterruptibly(sigs <-chan os.Signal, rawURL, name string, o 
 // acquire opens the Locker and acquires name as the flags say. Without a
 // lease it returns dlock's exit status and a one-line message; the Locker
 // is then closed.
+//
+// Reaching the service (Open and a first attempt) has a budget: D with
+// -wait D, which bounds the whole wait, and noWaitBudget with -no-wait;
+// without either, the drivers' own timeouts apply. A budget that runs out
+// before the service answered is status 69, not "busy": the first attempt
+// tells the two apart.
 func (c cli) acquire(ctx context.Context, rawURL, name string, o runOpts) (*dlock.Locker, *dlock.Lease, int, string) {
-	l, err := dlock.Open(ctx, rawURL)
-	if err != nil {
-		return nil, nil, openStatus(err), openFailure(err)
-	}
-	opts := &dlock.AcquireOptions{TTL: o.ttl, Owner: owner()}
-	var lease *dlock.Lease
-	waitCtx := ctx
-	switch {
-	case o.noWait:
-		lease, err = l.TryAcquire(ctx, name, opts)
-	case o.wait > 0:
+	waitCtx, budget, budgetFlag := ctx, time.Duration(0), ""
+	if o.wait > 0 {
 		var cancel context.CancelFunc
 		waitCtx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+		budget, budgetFlag = o.wait, fmt.Sprintf("-wait %v", o.wait)
+	}
+	firstCtx := waitCtx
+	if o.noWait {
+		var cancel context.CancelFunc
+		firstCtx, cancel = context.WithTimeout(ctx, noWaitBudget)
+		defer cancel()
+		budget, budgetFlag = noWaitBudget, "the budget of -no-wait"
+	}
+	noAnswer := func() (*dlock.Locker, *dlock.Lease, int, string) {
+		if ctx.Err() != nil {
+			return nil, nil, 0, "" // interrupted: the caller reports it
+		}
+		return nil, nil, exitUnavailable, fmt.Sprintf("the lock service %s did not answer within %v (%s); COMMAND not run", driver.Redact(rawURL), budget, budgetFlag)
+	}
+
+	l, err := dlock.Open(firstCtx, rawURL)
+	if err != nil {
+		if firstCtx.Err() != nil {
+			return noAnswer()
+		}
+		return nil, nil, openStatus(err), openFailure(err) + "; COMMAND not run"
+	}
+	opts := &dlock.AcquireOptions{TTL: o.ttl, Owner: owner()}
+	lease, err := l.TryAcquire(firstCtx, name, opts)
+	answered := err == nil || errors.Is(err, dlock.ErrNotAcquired)
+	if errors.Is(err, dlock.ErrNotAcquired) && !o.noWait {
+		if o.verbose {
+			c.say(rawURL, "lock %q is busy%s; waiting", name, holder(l, name))
+		}
 		lease, err = l.Acquire(waitCtx, name, opts)
-		cancel()
-	default:
-		lease, err = l.Acquire(ctx, name, opts)
 	}
 	if err == nil {
 		return l, lease, 0, ""
 	}
 	defer l.Close()
 	switch {
-	case errors.Is(err, dlock.ErrNotAcquired):
-		return nil, nil, exitBusy, fmt.Sprintf("lock %q is busy%s; COMMAND not run", name, holder(l, name))
-	case ctx.Err() == nil && waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
-		return nil, nil, exitBusy, fmt.Sprintf("gave up waiting for lock %q after %v%s; COMMAND not run", name, o.wait, holder(l, name))
 	case ctx.Err() != nil:
 		return nil, nil, 0, "" // interrupted: the caller reports it
+	case !answered && firstCtx.Err() != nil:
+		return noAnswer()
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return nil, nil, o.busy, fmt.Sprintf("lock %q is busy%s; COMMAND not run", name, holder(l, name))
+	case waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
+		return nil, nil, o.busy, fmt.Sprintf("gave up waiting for lock %q after %v%s; COMMAND not run", name, o.wait, holder(l, name))
 	}
-	return nil, nil, openStatus(err), "lock service failed: " + errText(err)
+	return nil, nil, openStatus(err), "lock service failed: " + errText(err) + "; COMMAND not run"
 }
 
 // holder describes the current holder of name for a "busy" message, or ""

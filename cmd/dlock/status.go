@@ -16,7 +16,7 @@ import (
 )
 
 type statusOpts struct {
-	url     string
+	url     urlFlags
 	json    bool
 	timeout time.Duration
 }
@@ -26,9 +26,9 @@ func newStatusFlags(o *statusOpts) *flag.FlagSet {
 		o = new(statusOpts)
 	}
 	fs := flag.NewFlagSet("dlock status", flag.ContinueOnError)
-	fs.StringVar(&o.url, "url", "", "lock service `URL` (default $DLOCK_URL)")
+	o.url.register(fs)
 	fs.BoolVar(&o.json, "json", false, "print a JSON object; unknown fields are null")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up (status 69) after `D`")
+	durationVar(fs, &o.timeout, "timeout", 10*time.Second, "give up (status 69) after `D`, seconds or a duration")
 	fs.SetOutput(discard{})
 	return fs
 }
@@ -53,14 +53,14 @@ func (c cli) status(args []string) int {
 	fs := newStatusFlags(&o)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			c.help(c.stdout)
+			fmt.Fprint(c.stdout, statusUsage())
 			return 0
 		}
 		return c.usageError(err.Error())
 	}
 	switch {
 	case fs.NArg() == 0:
-		return c.usageError("missing lock NAME: dlock status [-url URL] NAME")
+		return c.usageError("missing lock NAME: " + statusSynopsis)
 	case fs.NArg() > 1:
 		return c.usageError(fmt.Sprintf("want one lock NAME, got %d arguments (flags go before NAME)", fs.NArg()))
 	case o.timeout <= 0:
