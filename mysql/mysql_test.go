@@ -72,17 +72,14 @@ func TestRedaction(t *testing.T) {
 
 func TestPausedHolderFencedWrite(t *testing.T) {
 	srv := testenv.MySQL(t)
-	ctx := t.Context()
 	db := openDB(t, srv.DSN)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id INT PRIMARY KEY, balance INT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
-		INSERT IGNORE INTO accounts VALUES (1, 0, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	sqltest.EachStrategy(t, srv.URL, "getlock", func(t *testing.T, rawURL string) {
-		// wait_timeout counts whole seconds.
-		sqltest.PausedHolder(t, rawURL, time.Second, time.Second, func(ctx context.Context, token uint64) (bool, error) {
-			return mysql.FencedUpdate(ctx, db, "accounts", "fence", token, "balance = balance + ?", "id = ?", 1, 1)
-		})
+	// wait_timeout counts whole seconds.
+	sqltest.PausedHolderEach(t, srv.URL, "getlock", time.Second, func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id INT PRIMARY KEY, balance INT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+			INSERT IGNORE INTO accounts VALUES (1, 0, 0)`)
+		return err
+	}, func(ctx context.Context, token uint64) (bool, error) {
+		return mysql.FencedUpdate(ctx, db, "accounts", "fence", token, "balance = balance + ?", "id = ?", 1, 1)
 	})
 }
 

@@ -85,20 +85,17 @@ func TestNulName(t *testing.T) {
 
 func TestPausedHolderFencedWrite(t *testing.T) {
 	srv := testenv.Postgres(t)
-	ctx := t.Context()
-	p, err := pgxpool.New(ctx, srv.URL)
+	p, err := pgxpool.New(t.Context(), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if _, err := p.Exec(ctx, `CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL DEFAULT 0);
-		INSERT INTO accounts VALUES (1, 0, 0) ON CONFLICT DO NOTHING`); err != nil {
-		t.Fatal(err)
-	}
-	sqltest.EachStrategy(t, srv.URL, "advisory", func(t *testing.T, rawURL string) {
-		sqltest.PausedHolder(t, rawURL, time.Second, time.Millisecond, func(ctx context.Context, token uint64) (bool, error) {
-			return postgres.FencedUpdate(ctx, p, "public.accounts", "fence", token, "balance = balance + $1", "id = $2", 1, 1)
-		})
+	sqltest.PausedHolderEach(t, srv.URL, "advisory", time.Millisecond, func(ctx context.Context) error {
+		_, err := p.Exec(ctx, `CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL DEFAULT 0);
+			INSERT INTO accounts VALUES (1, 0, 0) ON CONFLICT DO NOTHING`)
+		return err
+	}, func(ctx context.Context, token uint64) (bool, error) {
+		return postgres.FencedUpdate(ctx, p, "public.accounts", "fence", token, "balance = balance + $1", "id = $2", 1, 1)
 	})
 }
 

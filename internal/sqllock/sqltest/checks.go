@@ -183,3 +183,15 @@ func EachStrategy(t *testing.T, rawURL, native string, f func(t *testing.T, rawU
 		t.Run(s, func(t *testing.T) { f(t, WithParams(rawURL, "strategy", s)) })
 	}
 }
+
+// PausedHolderEach runs PausedHolder (TTL 1s) for every strategy of a
+// backend, writing with write to a table that create makes first (a
+// driver's FencedUpdate on its own accounts table).
+func PausedHolderEach(t *testing.T, rawURL, native string, serverStep time.Duration, create func(ctx context.Context) error, write func(ctx context.Context, token uint64) (bool, error)) {
+	if err := create(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	EachStrategy(t, rawURL, native, func(t *testing.T, rawURL string) {
+		PausedHolder(t, rawURL, time.Second, serverStep, write)
+	})
+}
