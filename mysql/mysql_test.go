@@ -38,25 +38,16 @@ func openDB(t *testing.T, dsn string) *sql.DB {
 
 func TestPoolLeak(t *testing.T) {
 	srv := testenv.MySQL(t)
-	cycles := 10000
-	if raceEnabled {
-		cycles = 2000 // the race detector makes each cycle ~5× slower
-	}
-	for _, s := range []string{"forupdate", "getlock"} {
-		t.Run(s, func(t *testing.T) {
-			db := openDB(t, srv.DSN)
-			db.SetMaxOpenConns(16)
-			db.SetMaxIdleConns(16)
-			l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			sqltest.PoolLeak(t, l, cycles,
-				func() int { return db.Stats().InUse },
-				func() int { return db.Stats().OpenConnections }, 16)
-		})
-	}
+	sqltest.PoolLeaks(t, "getlock", func(t *testing.T, s string, size int) (*dlock.Locker, func() int, func() int) {
+		db := openDB(t, srv.DSN)
+		db.SetMaxOpenConns(size)
+		db.SetMaxIdleConns(size)
+		l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, func() int { return db.Stats().InUse }, func() int { return db.Stats().OpenConnections }
+	})
 }
 
 func TestBadTables(t *testing.T) { sqltest.BadTables(t, testenv.MySQL(t).URL) }

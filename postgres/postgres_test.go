@@ -33,32 +33,23 @@ func TestConformance(t *testing.T) {
 
 func TestPoolLeak(t *testing.T) {
 	srv := testenv.Postgres(t)
-	cycles := 10000
-	if raceEnabled {
-		cycles = 2000 // the race detector makes each cycle ~5× slower
-	}
-	for _, s := range []string{"forupdate", "advisory"} {
-		t.Run(s, func(t *testing.T) {
-			pc, err := pgxpool.ParseConfig(srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.MaxConns = 16
-			p, err := pgxpool.NewWithConfig(t.Context(), pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			l, err := postgres.OpenLocker(p, &postgres.Options{Strategy: s})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			sqltest.PoolLeak(t, l, cycles,
-				func() int { return int(p.Stat().AcquiredConns()) },
-				func() int { return int(p.Stat().TotalConns()) }, 16)
-		})
-	}
+	sqltest.PoolLeaks(t, "advisory", func(t *testing.T, s string, size int) (*dlock.Locker, func() int, func() int) {
+		pc, err := pgxpool.ParseConfig(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.MaxConns = int32(size)
+		p, err := pgxpool.NewWithConfig(t.Context(), pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		l, err := postgres.OpenLocker(p, &postgres.Options{Strategy: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, func() int { return int(p.Stat().AcquiredConns()) }, func() int { return int(p.Stat().TotalConns()) }
+	})
 }
 
 func TestBadTables(t *testing.T) { sqltest.BadTables(t, testenv.Postgres(t).URL) }

@@ -21,6 +21,7 @@ import (
 // inUse() (the pool's connections in use) must drop to 0 and total() to
 // at most maxIdle.
 func PoolLeak(t *testing.T, l *dlock.Locker, cycles int, inUse, total func() int, maxIdle int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	prefix := fmt.Sprintf("leak/%d/", time.Now().UnixNano())
@@ -194,4 +195,21 @@ func PausedHolderEach(t *testing.T, rawURL, native string, serverStep time.Durat
 	EachStrategy(t, rawURL, native, func(t *testing.T, rawURL string) {
 		PausedHolder(t, rawURL, time.Second, serverStep, write)
 	})
+}
+
+// PoolLeaks runs PoolLeak on the connection-bound strategies (forupdate and
+// native) with a pool of 16 connections that open makes for the strategy:
+// the Locker and the pool's in-use and total counts.
+func PoolLeaks(t *testing.T, native string, open func(t *testing.T, strategy string, size int) (l *dlock.Locker, inUse, total func() int)) {
+	cycles := 10000
+	if raceEnabled {
+		cycles = 2000
+	}
+	for _, s := range []string{"forupdate", native} {
+		t.Run(s, func(t *testing.T) {
+			l, inUse, total := open(t, s, 16)
+			defer l.Close()
+			PoolLeak(t, l, cycles, inUse, total, 16)
+		})
+	}
 }

@@ -1,5 +1,5 @@
 //go:build !race
 
-package mysql_test
+package sqltest
 
 const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build race
-
-package mysql_test
-
-const raceEnabled = true
