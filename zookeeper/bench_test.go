@@ -50,7 +50,7 @@ func BenchmarkUncontended(b *testing.B) {
 			basic := open(b, srv.URL, prefix+"-basic", "recipe=basic")
 			conn := adminConn(b, srv.Addr)
 			zl := zk.NewLock(conn, prefix+"-zklock/u", zk.WorldACL(zk.PermAll))
-			ctx := testCtx(b, 10*time.Minute)
+			ctx := testenv.Context(b, 10*time.Minute)
 			fl, err := floor.Open(ctx, srv.URL, "", nil)
 			if err != nil {
 				b.Fatal(err)
@@ -132,7 +132,7 @@ func BenchmarkHandoff(b *testing.B) {
 		srv := testenv.NewZooKeeper(b, &testenv.ZKOptions{ForceSync: fs})
 		b.Run(syncName(fs), func(b *testing.B) {
 			prefix := testPrefix(b)
-			ctx := testCtx(b, 30*time.Minute)
+			ctx := testenv.Context(b, 30*time.Minute)
 			write, err := floor.OpenWriteRTT(ctx, srv.URL)
 			if err != nil {
 				b.Fatal(err)

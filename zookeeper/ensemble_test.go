@@ -38,7 +38,7 @@ func TestEnsembleLeaderKill(t *testing.T) {
 	prefix := testPrefix(t)
 	const sessionTimeout = 6 * time.Second
 	bound := sessionTimeout + 10*time.Second
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := testenv.Context(t, 3*time.Minute)
 
 	var (
 		mu       sync.Mutex

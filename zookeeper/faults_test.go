@@ -69,7 +69,7 @@ func TestLostCreateReply(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		px := newProxy(t, srv.Addr)
 		l := open(t, "zk://"+px.Addr(), prefix, "recipe="+recipe)
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testenv.Context(t, 30*time.Second)
 		// Make the parents exist first, so the lost request is the lock's own create.
 		warm, err := l.Acquire(ctx, "lostreply", nil)
 		if err != nil {
@@ -147,7 +147,7 @@ func TestSessionExpiryByPause(t *testing.T) {
 		const timeout = 2 * time.Second
 		l := open(t, "zk://"+px.Addr(), prefix, "session_timeout=2s&recipe="+recipe)
 		other := open(t, srv.URL, prefix, "recipe="+recipe)
-		ctx := testCtx(t, 60*time.Second)
+		ctx := testenv.Context(t, 60*time.Second)
 		if got := driverOf(l).s.sessionTimeout(); got != timeout {
 			t.Fatalf("negotiated session timeout %v, want %v", got, timeout)
 		}
@@ -222,7 +222,7 @@ func TestLostLeaseNodeDeleted(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		px := newProxy(t, srv.Addr)
 		l := open(t, "zk://"+px.Addr(), prefix, "session_timeout=4s&recipe="+recipe)
-		ctx := testCtx(t, 60*time.Second)
+		ctx := testenv.Context(t, 60*time.Second)
 		d := driverOf(l)
 		d.s.testMargin.Store(int64(3 * time.Second)) // lost after 1s of silence
 		ls, err := l.Acquire(ctx, "j", nil)
@@ -266,7 +266,7 @@ func TestCancelOnFrozenServer(t *testing.T) {
 	const bound = 100 * time.Millisecond // past ctx's end
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		px := newProxy(t, srv.Addr)
-		ctx := testCtx(t, 60*time.Second)
+		ctx := testenv.Context(t, 60*time.Second)
 		holder := open(t, srv.URL, prefix, "recipe="+recipe)
 		w := open(t, "zk://"+px.Addr(), prefix, "recipe="+recipe)
 		held, err := holder.Acquire(ctx, "frozen", nil)

@@ -63,12 +63,6 @@ func adminConn(t testing.TB, addrs ...string) *zk.Conn {
 	return c
 }
 
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // kids returns the children of the lock name's parent (none when it does
 // not exist).
 func kids(t testing.TB, admin *zk.Conn, prefix, name string) []string {
@@ -113,7 +107,7 @@ func assertNoOrphans(t testing.TB, admin *zk.Conn, prefix string) {
 // fresh prefix and a context that ends after d.
 func setup(t *testing.T, d time.Duration) (*testenv.Server, *zk.Conn, string, context.Context) {
 	srv := testenv.ZooKeeper(t)
-	return srv, adminConn(t, srv.Addr), testPrefix(t), testCtx(t, d)
+	return srv, adminConn(t, srv.Addr), testPrefix(t), testenv.Context(t, d)
 }
 
 // forRecipes runs f as a subtest per recipe, on the shared server, with an
@@ -137,7 +131,7 @@ func expectHeld(t testing.TB, ctx context.Context, l *dlock.Locker, name, why st
 func TestAcquireReleaseBothRecipes(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		l := open(t, srv.URL, prefix, "recipe="+recipe)
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testenv.Context(t, 30*time.Second)
 		var last uint64
 		for _, name := range trickyNames {
 			ls, err := l.Acquire(ctx, name, nil)
@@ -177,7 +171,7 @@ func TestTryAcquireAndCancelLeaveNothing(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		a := open(t, srv.URL, prefix, "recipe="+recipe)
 		b := open(t, srv.URL, prefix, "recipe="+recipe)
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testenv.Context(t, 30*time.Second)
 		held, err := a.Acquire(ctx, "x", &dlock.AcquireOptions{Owner: "a"})
 		if err != nil {
 			t.Fatal(err)
@@ -275,7 +269,7 @@ func TestFairOrder(t *testing.T) {
 // TestMutualExclusion hammers one name from several Lockers (both recipes).
 func TestMutualExclusion(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
-		ctx := testCtx(t, 60*time.Second)
+		ctx := testenv.Context(t, 60*time.Second)
 		var inside atomic.Int32
 		var grants atomic.Int32
 		var mu sync.Mutex
@@ -323,7 +317,7 @@ func TestMutualExclusion(t *testing.T) {
 // ends its lease and grants the next waiter.
 func TestRevokedHolder(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testenv.Context(t, 30*time.Second)
 		a := open(t, srv.URL, prefix, "recipe="+recipe)
 		b := open(t, srv.URL, prefix, "recipe="+recipe)
 		ls, err := a.Acquire(ctx, "r", nil)
@@ -431,7 +425,7 @@ func TestDigestAuth(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	// Its own top-level node: the prefix is created with alice's ACL.
 	prefix := strings.Replace(testPrefix(t), "/dlocktest/", "/dlocktest-auth/", 1)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	u := "zk://alice:s3cr3t-pw@" + srv.Addr + prefix
 	l, err := dlock.Open(ctx, u)
 	if err != nil {

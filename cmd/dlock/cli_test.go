@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // These tests need no server: usage errors, and what happens around
 // COMMAND on the in-process mem:// backend.
 
 func TestUsageErrors(t *testing.T) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir := t.TempDir()
 	file := func(name, content string, mode os.FileMode) string {
 		path := filepath.Join(dir, name)
@@ -176,7 +177,7 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version without build info = %q", got)
 	}
 	// The built binary, as an operator runs it.
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	want := regexp.MustCompile(`^dlock (v\S+|\(devel\)) \(go1\.[0-9][^)]*\)\n$`)
 	for _, arg := range []string{"version", "-version", "--version"} {
 		code, stdout, stderr := runDlock(t, ctx, nil, arg)
@@ -189,7 +190,7 @@ func TestVersion(t *testing.T) {
 // TestCommandOutcomes: COMMAND's status, its death by a signal, a missing
 // or unexecutable COMMAND, and its environment, on mem://.
 func TestCommandOutcomes(t *testing.T) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir := t.TempDir()
 	notExec := filepath.Join(dir, "not-executable")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
@@ -355,7 +356,7 @@ func TestDurationValue(t *testing.T) {
 // the first non-empty line, trimmed. COMMAND's DLOCK_URL says which URL
 // dlock used (mem://NAME).
 func TestURLSources(t *testing.T) {
-	ctx := testCtx(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	dir := t.TempDir()
 	urlFile := filepath.Join(dir, "url")
 	if err := os.WriteFile(urlFile, []byte("\n \t\n  mem://from-file  \r\nmem://second-line\n"), 0o600); err != nil {
@@ -480,7 +481,7 @@ func closedPort(t *testing.T) string {
 // outlast -no-wait's second or -wait's D. The bound leaves room for a
 // loaded machine and a -race binary.
 func TestRefusedWithinBudget(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	addr := closedPort(t)
 	const bound = 2500 * time.Millisecond
 	cases := []struct {
@@ -519,7 +520,7 @@ func TestRefusedWithinBudget(t *testing.T) {
 // -no-wait and for a -wait that ran out, on a real Redis whose URL (with
 // a password) is in a -url-file.
 func TestBusyStatus(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	dir := t.TempDir()
 	file := writeURLFile(t, dir, withPassword(redisUser(t, "busy-pw"), "lockuser", "busy-pw", false))
 	holder := startDlock(t, ctx, jobEnv(dir, "holder"), append([]string{"run", "-url-file", file, "busy-job"}, jobCommand()...)...)

@@ -299,25 +299,6 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// testCtx is a context bounded by d and the test's own deadline.
-func testCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	if dl, ok := t.Deadline(); ok {
-		deadline = minTime(dl.Add(-5*time.Second), deadline)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
 // oneLineMsg checks that stderr is exactly one line starting "dlock: " and
 // mentioning want.
 func oneLineMsg(t *testing.T, stderr, want string) {

@@ -35,7 +35,7 @@ func withPassword(u, user, pw string, raw bool) string {
 // password pw (the default user has none) and returns the server's URL.
 func redisUser(t *testing.T, pw string) string {
 	s := testenv.Redis(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	if _, err := testenv.RedisDo(ctx, s.Addr, "ACL", "SETUSER", "lockuser", "reset", "on", ">"+pw, "~*", "&*", "+@all"); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func writeURLFile(t *testing.T, dir, u string) string {
 // an unreachable port: no dlock.Open error and no line on dlock's stderr
 // shows the password.
 func TestWrongPasswordNeverShown(t *testing.T) {
-	ctx := testCtx(t, 5*time.Minute)
+	ctx := testenv.Context(t, 5*time.Minute)
 	type target struct{ name, url, user string }
 	targets := []target{
 		{"postgres", testenv.Postgres(t).URL + "&connect_timeout=5", "dlock"},
@@ -109,7 +109,7 @@ func TestWrongPasswordNeverShown(t *testing.T) {
 // TestChildEnvHasNoSecret: COMMAND's environment carries DLOCK_URL
 // redacted, with neither the password nor a secret parameter.
 func TestChildEnvHasNoSecret(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	type target struct {
 		url     string
 		secrets []string
