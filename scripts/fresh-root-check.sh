@@ -60,6 +60,13 @@ rm -rf "$root"
 debootstrap --variant=minbase --include=git,make,ca-certificates "$suite" "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
 	{ tail -20 "$root.debootstrap.log" >&2; exit 1; }
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# The local certificate authorities this machine trusts (a TLS-inspecting
+# proxy's, say): the fresh root reaches the same network through them.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+	mkdir -p "$root/usr/local/share/ca-certificates"
+	cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+	chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
+fi
 # The same package sources as this machine (the mirror it can reach).
 cp -a /etc/apt/sources.list.d/. "$root/etc/apt/sources.list.d/" 2>/dev/null || true
 find "$root/etc/apt/sources.list.d" -name '*.disabled*' -delete 2>/dev/null || true
