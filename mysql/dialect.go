@@ -258,11 +258,23 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 	}
 	timeout := getLockTimeout(r)
-	// GET_LOCK's holder needs no row: the token alone is written nowhere
-	// but the counter.
-	out := []sqllock.Stmt{session(r), sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout)}
+	// The token and the name's row (the holder's owner, token and
+	// session, for Inspect) are written in one transaction: one commit
+	// where the counter alone took two. READ COMMITTED: the UPDATE of a
+	// name without a row yet takes no gap lock, which the INSERT of
+	// another new name could deadlock on. The row is only written by the
+	// holder of GET_LOCK, so it is never waited for.
+	out := []sqllock.Stmt{session(r), sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout),
+		sqllock.S("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"), sqllock.S("START TRANSACTION")}
 	out = append(out, d.token(t, "@dlock_g = 1")...)
-	return append(out, sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+	return append(out,
+		sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
+			r.Owner, r.Name),
+		sqllock.S("SET @dlock_n = ROW_COUNT()"),
+		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, @dlock_t, ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_t IS NOT NULL AND @dlock_n = 0",
+			r.Name, r.Owner),
+		sqllock.S("COMMIT"),
+		sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 }
 
 // Persist commits a write of its own (a counter value taken and dropped)
@@ -279,7 +291,7 @@ func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllo
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("ROLLBACK"), restore}
 	}
-	return []sqllock.Stmt{sqllock.S("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
+	return []sqllock.Stmt{sqllock.S("ROLLBACK"), sqllock.S("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
 }
 
 func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {

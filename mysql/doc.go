@@ -100,8 +100,9 @@
 // microseconds, so that a counter dropped and created again goes on above
 // the old one's tokens), which InnoDB never rolls back: a holder
 // whose transaction died with its connection cannot share its token with
-// the next holder. forupdate and version also write the token to the
-// name's row (column fence); getlock writes no row.
+// the next holder. Every strategy also writes the token to the name's row
+// (column fence): getlock in the transaction that takes it, right after
+// GET_LOCK granted the lock.
 //
 // TTLs (Capabilities.MinTTL and MaxTTL): forupdate and getlock accept 1s
 // to 31536000s (wait_timeout's range, in whole seconds: a shorter TTL is
@@ -112,6 +113,25 @@
 // Capabilities.SessionBound is false for the same reason as on
 // PostgreSQL: a broken connection is a lost lease, and the server frees a
 // silent holder after wait_timeout, which the TTL sets.
+//
+// # Inspect
+//
+// Locker.Inspect (dlock status) reports, on every strategy, whether the
+// lock is held, its holder's AcquireOptions.Owner and token, and the
+// sessions waiting for it (not on version, whose waiters poll). forupdate
+// reads the holder's uncommitted row (READ UNCOMMITTED: its owner, token
+// and session) and holds it held while that token differs from the
+// committed one; its waiters are the transactions its transaction blocks
+// (information_schema.INNODB_LOCK_WAITS on MariaDB, a snapshot the server
+// refreshes only when it has not been read for 0.1s;
+// performance_schema.data_lock_waits on MySQL 8, unknown with
+// performance_schema off). getlock asks IS_USED_LOCK for the holder's
+// connection and reads the owner and token its grant wrote to the row;
+// its waiters are the connections running dlock's GET_LOCK of the name
+// (their statements as the process list shows them, with the arguments
+// interpolated, dlock's default; MySQL 8 with performance_schema: its
+// pending user-level locks). Only version knows the lease's remaining
+// TTL.
 //
 // # Tables
 //

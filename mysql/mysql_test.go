@@ -23,6 +23,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 func TestBasic(t *testing.T) { sqltest.EachStrategy(t, testenv.MySQL(t).URL, "getlock", sqltest.Basic) }
 
+func TestInspect(t *testing.T) {
+	sqltest.EachStrategy(t, testenv.MySQL(t).URL, "getlock", sqltest.Inspect)
+}
+
 func TestConformance(t *testing.T) {
 	backendtest.EachStrategy(t, backendtest.Lookup("mysql"), conformance.WithTTL(time.Second))
 }

@@ -196,8 +196,9 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		return []sqllock.Stmt{
 			sqllock.S("BEGIN"),
 			set("idle_in_transaction_session_timeout", true),
-			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+") UPDATE "+t.Q+" AS t SET fence = "+nextval(t)+
-				", owner = $2, acquired_at = now(), expires_at = NULL, session = pg_backend_pid() FROM l WHERE t.name = l.name RETURNING t.fence",
+			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+"), u AS (UPDATE "+t.Q+" AS t SET fence = "+nextval(t)+
+				", owner = $2, acquired_at = now(), expires_at = NULL, session = pg_backend_pid() FROM l WHERE t.name = l.name RETURNING t.fence)"+
+				" SELECT fence FROM u WHERE "+announce("fence", "$2", true),
 				r.Name, r.Owner),
 		}
 	}
@@ -205,12 +206,32 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	// bounds only this wait; idle_session_timeout stays on the session.
 	// The token is a sequence value taken after the grant: no row is
 	// written, the sequence alone keeps tokens increasing.
+	// OFFSET 0 keeps the token's subquery from being merged into the
+	// outer query: the token is taken once, after the grant, and then
+	// announced.
 	key := advisoryKey(t, r.Name)
 	if r.NoWait {
-		return []sqllock.Stmt{set("idle_session_timeout", false), sqllock.S("SELECT "+nextval(t)+" WHERE pg_try_advisory_lock($1)", key)}
+		return []sqllock.Stmt{set("idle_session_timeout", false),
+			sqllock.S("SELECT f FROM (SELECT "+nextval(t)+" AS f WHERE pg_try_advisory_lock($1) OFFSET 0) g WHERE "+announce("f", "$2::text", false), key, r.Owner)}
 	}
-	return []sqllock.Stmt{set("idle_session_timeout", false), sqllock.S("SELECT pg_advisory_lock($1)", key), sqllock.S("SELECT " + nextval(t))}
+	return []sqllock.Stmt{set("idle_session_timeout", false), sqllock.S("SELECT pg_advisory_lock($1)", key),
+		sqllock.S("SELECT f FROM (SELECT "+nextval(t)+" AS f OFFSET 0) g WHERE "+announce("f", "$1::text", false), r.Owner)}
 }
+
+// announce is a condition, always true, that sets the session's
+// application_name to "dlock <token> <owner>" (local: until the end of the
+// transaction): pg_stat_activity then shows every session the grant, and
+// Inspect reads the holder's token and owner there, since a forupdate
+// holder's row is uncommitted and an advisory lock writes no row. It
+// costs no statement and no write on the way to a grant. The server
+// keeps printable ASCII (other bytes become '?') and shows at most 63
+// bytes of it.
+func announce(token, owner string, local bool) string {
+	return "set_config('application_name', '" + appPrefix + " ' || " + token + " || ' ' || " + owner + ", " + strconv.FormatBool(local) + ") IS NOT NULL"
+}
+
+// appPrefix starts the application_name of a session holding a lock.
+const appPrefix = "dlock"
 
 // Persist commits a transaction that writes WAL (a transactional logical
 // message, which any role may emit, at every wal_level) with
@@ -229,7 +250,7 @@ func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllo
 	}
 	// The connection is pinned for this lease alone: no other advisory
 	// lock of the session can be ours to keep.
-	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock_all()"), sqllock.S("RESET idle_session_timeout")}
+	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock_all()"), sqllock.S("RESET idle_session_timeout"), sqllock.S("RESET application_name")}
 }
 
 func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -240,7 +261,7 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("COMMIT")}
 	}
-	return []sqllock.Stmt{sqllock.S("RESET idle_session_timeout"), sqllock.S("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
+	return []sqllock.Stmt{sqllock.S("RESET idle_session_timeout"), sqllock.S("RESET application_name"), sqllock.S("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
 }
 
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {

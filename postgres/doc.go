@@ -98,6 +98,23 @@
 // bound for the holder (every statement on the pinned connection restarts
 // the server's timer).
 //
+// # Inspect
+//
+// Locker.Inspect (dlock status) reports, on every strategy, whether the
+// lock is held, its holder's AcquireOptions.Owner and token, and (except
+// version, whose waiters queue nowhere) the sessions waiting for it.
+// forupdate and advisory find the holder's session in pg_locks (for
+// forupdate, the transaction that locked the row) and read its owner and
+// token from its application_name, which a grant sets, in the statement
+// that takes the token, to "dlock <token> <owner>" (for the transaction
+// on forupdate; until the release on advisory, which then resets it):
+// pg_stat_activity shows it too. The server keeps at most 63 bytes of it,
+// in printable ASCII (other bytes become '?'): a longer owner is reported
+// cut. A free lock's fence is the row's on forupdate and version (the
+// last committed grant's) and unknown on advisory, which writes no row.
+// Only version knows the lease's remaining TTL; a pinned lease lasts as
+// long as its holder's keep-alive.
+//
 // # Tables
 //
 // One table serves one strategy: a row lock, a lease row and an advisory

@@ -24,6 +24,10 @@ func TestBasic(t *testing.T) {
 	sqltest.EachStrategy(t, testenv.Postgres(t).URL, "advisory", sqltest.Basic)
 }
 
+func TestInspect(t *testing.T) {
+	sqltest.EachStrategy(t, testenv.Postgres(t).URL, "advisory", sqltest.Inspect)
+}
+
 func TestConformance(t *testing.T) {
 	// A 1s TTL: with 500ms, under -race, the first winner of 100
 	// concurrent TryAcquires on fresh connections can expire (for real,

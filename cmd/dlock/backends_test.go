@@ -384,11 +384,16 @@ func testSignalsForwarded(t *testing.T, f *fixture) {
 }
 
 // testStatus: dlock status tells a held lock from a free one and, where
-// the backend knows, the holder and the fence.
+// the backend knows, the holder and the fence; every SQL strategy knows
+// both, and its busy message names the holder.
 func testStatus(t *testing.T, f *fixture) {
 	ctx := testenv.Context(t, time.Minute)
 	dir, name := t.TempDir(), f.lockName(t)
+	sql := f.b.kit.Param == "strategy"
 	if !f.canInspect(t, ctx) {
+		if sql {
+			t.Fatalf("%s cannot inspect locks: every SQL strategy must", f.b.name)
+		}
 		// dlock status must say that nothing is known, and not fail.
 		code, text, stderr := runDlock(t, ctx, nil, "status", "-url", f.url, name)
 		if rep := f.status(t, ctx, name); code != 0 || rep.Held != nil || !strings.Contains(text, "held:    unknown (this backend cannot inspect") {
@@ -414,6 +419,22 @@ func testStatus(t *testing.T, f *fixture) {
 	}
 	t.Logf("status while held: held=%s owner=%s ttl_ms=%s fence=%s waiters=%s",
 		ptrStr(rep.Held), ptrStr(rep.Owner), ptrStr(rep.TTLMillis), ptrStr(rep.Fence), ptrStr(rep.Waiters))
+	if sql {
+		if rep.Owner == nil || rep.Fence == nil {
+			t.Errorf("SQL strategy: owner %s, fence %s while held, want both known", ptrStr(rep.Owner), ptrStr(rep.Fence))
+		}
+		if f.caps(t, ctx).Wait == driver.WaitQueue && (rep.Waiters == nil || *rep.Waiters != 0) {
+			t.Errorf("SQL strategy with a server queue: waiters %s, want 0", ptrStr(rep.Waiters))
+		}
+	}
+	if rep.Owner != nil {
+		// The busy message names the holder.
+		code, _, stderr := runDlock(t, ctx, nil, "run", "-url", f.url, "-no-wait", name, "--", "true")
+		want := fmt.Sprintf("lock %q is busy (held by %s", name, *rep.Owner)
+		if code != exitBusy || !strings.Contains(stderr, want) {
+			t.Errorf("-no-wait while held: status %d, stderr %q, want %d and %q", code, stderr, exitBusy, want)
+		}
+	}
 	code, text, stderr := runDlock(t, ctx, nil, "status", "-url", f.url, name)
 	if code != 0 || !strings.Contains(text, "held:    yes") {
 		t.Errorf("dlock status: %d, %q, stderr %q", code, text, stderr)

@@ -16,9 +16,15 @@
 //     queue is the wait; Release commits.
 //   - Native: the database's own named lock (pg_advisory_lock, GET_LOCK)
 //     on a pinned connection; the token is taken from the counter right
-//     after the grant (no row is written).
+//     after the grant (PostgreSQL writes no row; MySQL records the grant
+//     in the name's row, in the transaction that takes the token).
 //   - Version: an optimistic lease row whose expiry is computed by the
 //     server's clock; no connection is pinned.
+//
+// Every strategy can be inspected (Locker.Inspect, dlock status) through
+// the dialect's Inspect: the holder's session as the server shows it, what
+// the grant recorded where other sessions can read it (the row, a
+// session's application_name), and the sessions queued for the lock.
 //
 // Tokens of every strategy come from one counter per lock table that is
 // never rolled back (a PostgreSQL sequence; an InnoDB AUTO_INCREMENT), so
@@ -222,6 +228,15 @@ type Dialect interface {
 	// granted (its reply lost to a cancelled context or a broken
 	// connection) and notifies r.Channel.
 	VersionAbort(t Table, r Req) []Stmt
+
+	// Inspect reads name's state without taking it or waiting for it
+	// (r.Name only). One row: whether the lock is held (bool); the
+	// holder's r.Owner (NULL: unknown); the last token issued for the name
+	// (NULL or 0: unknown); the microseconds the holder's lease still
+	// lasts on the server (NULL: unknown, or bound to a session); the
+	// number of sessions queued for the lock (NULL: unknown). No row
+	// means free with nothing known.
+	Inspect(s Strategy, t Table, r Req) []Stmt
 
 	// TTLRange is the range of TTLs the strategy honours: the server keeps
 	// a lease of a TTL in it for at least that TTL, and can end it at
