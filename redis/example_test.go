@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"time"
 
@@ -122,4 +123,57 @@ func ExampleFencedIncrBy() {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// Anti-duplicate submission on Redis: the request id is the lock name; a
+// second submit of the same request while the first runs is refused at
+// once (dlock.ErrNotAcquired) instead of being processed twice.
+func Example_antiDuplicateSubmission() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	submit := func(ctx context.Context, requestID string, process func(context.Context) error) error {
+		lease, err := l.TryAcquire(ctx, "submit/"+requestID, &dlock.AcquireOptions{TTL: 30 * time.Second})
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			return fmt.Errorf("request %s is already being processed", requestID)
+		}
+		if err != nil {
+			return err
+		}
+		defer lease.Release(ctx)
+		ctx, cancel := lease.Context(ctx) // ends if the lease is lost
+		defer cancel()
+		return process(ctx)
+	}
+	_ = submit(ctx, "req-7f3a", func(ctx context.Context) error { return nil })
+}
+
+// Rate limiting on Redis: at most two reports render at once across every
+// host, with two named locks as slots.
+func Example_rateLimit() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	const slots = 2
+	for i := range slots {
+		lease, err := l.TryAcquire(ctx, fmt.Sprintf("render/slot-%d", i), nil)
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			continue // that slot is busy: try the next
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer lease.Release(ctx)
+		log.Printf("rendering in slot %d", i)
+		return
+	}
+	log.Printf("%d renders already run: try later", slots)
 }

@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -64,4 +65,29 @@ func ExampleOpenLocker() {
 		defer lease.Release(ctx)
 		// ... the job ...
 	}
+}
+
+// Cron once across hosts on ZooKeeper: every host runs the schedule; the
+// host that takes the run's lock does the job and records it, the others
+// skip it. (dlock run -no-wait NAME -- CMD does this for any command.)
+func Example_cronOnce() {
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "zk://127.0.0.1:2181/cron")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	run := "nightly-report/" + time.Now().UTC().Format("2006-01-02")
+	lease, err := l.TryAcquire(ctx, run, nil)
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		return // another host is running it
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	// Run the job with the context of lease.Context(ctx), which ends if the session is
+	// lost, and record that this run is done (with lease.Token()) before
+	// releasing, so that a slow host does not run it again.
 }
