@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log"
 
 	"github.com/dlock-go/dlock"
@@ -38,12 +39,16 @@ func ExampleFencedUpdate() {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	lease, err := l.Acquire(ctx, "account/7", nil)
+	// dlock.Do holds the lock while the function runs and releases it
+	// after; its ctx ends if the lease is lost.
+	err = dlock.Do(ctx, l, "account/7", nil, func(ctx context.Context, lease *dlock.Lease) error {
+		ok, err := mysql.FencedUpdate(ctx, db, "accounts", "fence", lease.Token(), "balance = balance - ?", "id = ?", 100, 7)
+		if err == nil && !ok {
+			err = errors.New("stale token: a newer holder has written since")
+		}
+		return err
+	})
 	if err != nil {
-		log.Fatal(err)
-	}
-	defer lease.Release(ctx)
-	if ok, err := mysql.FencedUpdate(ctx, db, "accounts", "fence", lease.Token(), "balance = balance - ?", "id = ?", 100, 7); err != nil || !ok {
-		log.Printf("write refused (stale token) or failed: %v", err)
+		log.Print(err)
 	}
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"log"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,17 +42,16 @@ func ExampleFencedUpdate() {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	lease, err := l.Acquire(ctx, "account/7", nil)
-	if err != nil {
-		log.Fatal(err)
+	// Each debit under the account's lock, fenced by the lease's token.
+	debit := func(ctx context.Context, lease *dlock.Lease) error {
+		ok, err := postgres.FencedUpdate(ctx, pool, "accounts", "fence", lease.Token(),
+			"balance = balance - $1", "id = $2", 100, 7)
+		if err == nil && !ok {
+			err = errors.New("stale token: a newer holder has written since")
+		}
+		return err
 	}
-	defer lease.Release(ctx)
-	ok, err := postgres.FencedUpdate(ctx, pool, "accounts", "fence", lease.Token(),
-		"balance = balance - $1", "id = $2", 100, 7)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if !ok {
-		log.Print("stale token: a newer holder has written since")
+	if err := dlock.Do(ctx, l, "account/7", nil, debit); err != nil {
+		log.Print(err)
 	}
 }
