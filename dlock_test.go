@@ -608,3 +608,22 @@ func TestTryAcquireNeverWaitsBehindOwnAcquire(t *testing.T) {
 	}
 	held.Release(ctx)
 }
+
+// TestInspectUnsupported: a driver without driver.Inspector answers
+// Inspect with ErrUnsupported naming the backend; a bad name is still
+// refused first, and a closed Locker says so.
+func TestInspectUnsupported(t *testing.T) {
+	ctx := testenv.Context(t, 10*time.Second)
+	_, _, l := newCounting(t) // counting hides the memory driver's Inspect
+	_, err := l.Inspect(ctx, "x")
+	if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), "memory") {
+		t.Fatalf("Inspect without an Inspector: %v, want ErrUnsupported naming the backend", err)
+	}
+	if _, err := l.Inspect(ctx, ""); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Fatalf("Inspect of an empty name: %v, want ErrInvalidName", err)
+	}
+	l.Close()
+	if _, err := l.Inspect(ctx, "x"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Inspect after Close: %v, want ErrClosed", err)
+	}
+}
