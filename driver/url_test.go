@@ -335,7 +335,7 @@ func FuzzRedact(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, pw string, shape uint8, raw bool) {
 		if !secrettest.Printable(pw) {
-			t.Skip()
+			t.Skip("a password with unprintable bytes is not one a URL can carry")
 		}
 		s := urlShapes[int(shape)%len(urlShapes)]
 		if raw && strings.Contains(s, "=P") && strings.ContainsAny(pw, "&;") {

@@ -147,6 +147,22 @@ func (c *client) ok(t *testing.T, e *echo, s string) {
 	e.line(t, s)
 }
 
+// twoConns starts an echo server behind a proxy with two connections
+// through it that have each echoed a line: c (cp its server end) and
+// quitter (qp), which a test closes on one side.
+func twoConns(t *testing.T) (e *echo, p *Proxy, c *client, cp *peer, quitter *client, qp *peer) {
+	t.Helper()
+	e = newEcho(t)
+	p = newProxy(t, e.addr)
+	c = dial(t, p.Addr())
+	c.ok(t, e, "a\n")
+	cp = e.accepted(t)
+	quitter = dial(t, p.Addr())
+	quitter.ok(t, e, "q\n")
+	qp = e.accepted(t)
+	return e, p, c, cp, quitter, qp
+}
+
 func newProxy(t *testing.T, upstream string) *Proxy {
 	t.Helper()
 	p, err := New(upstream)
@@ -239,14 +255,7 @@ func TestCloseEndsEverything(t *testing.T) {
 }
 
 func TestSilent(t *testing.T) {
-	e := newEcho(t)
-	p := newProxy(t, e.addr)
-	c := dial(t, p.Addr())
-	c.ok(t, e, "a\n")
-	sp := e.accepted(t)
-	quitter := dial(t, p.Addr())
-	quitter.ok(t, e, "q\n")
-	qp := e.accepted(t)
+	e, p, c, sp, quitter, qp := twoConns(t)
 
 	heal := p.Cut(Silent)
 	if _, err := c.send("b\n", 300*time.Millisecond); !isTimeout(err) {
@@ -284,14 +293,7 @@ func TestSilent(t *testing.T) {
 }
 
 func TestDrop(t *testing.T) {
-	e := newEcho(t)
-	p := newProxy(t, e.addr)
-	c := dial(t, p.Addr())
-	c.ok(t, e, "a\n")
-	quitter := dial(t, p.Addr())
-	quitter.ok(t, e, "q\n")
-	e.accepted(t)
-	qp := e.accepted(t)
+	e, p, c, _, quitter, qp := twoConns(t)
 
 	heal := p.Cut(Drop)
 	if _, err := c.send("b\n", 300*time.Millisecond); !isTimeout(err) {
@@ -460,14 +462,7 @@ func TestLoseReply(t *testing.T) {
 }
 
 func TestPause(t *testing.T) {
-	e := newEcho(t)
-	p := newProxy(t, e.addr)
-	c := dial(t, p.Addr())
-	c.ok(t, e, "a\n")
-	quitter := dial(t, p.Addr())
-	quitter.ok(t, e, "q\n")
-	e.accepted(t)
-	qp := e.accepted(t)
+	e, p, c, _, quitter, qp := twoConns(t)
 
 	p.Pause()
 	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
