@@ -18,6 +18,9 @@
 //	-out DIR        report directory (default "report")
 //	-scale F        multiply every measurement's duration by F
 //	-no-peers       leave out the peer libraries
+//	-allow-missing  run without the backends whose server cannot start (by
+//	                default a server that cannot start ends the run with
+//	                status 1 and the reason)
 //
 // See bench/README.md for what each column means.
 package main
@@ -43,7 +46,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if err == flag.ErrHelp {
-			os.Exit(2)
+			return // -help: the usage is on standard output
 		}
 		fmt.Fprintln(os.Stderr, "dlockbench:", err)
 		os.Exit(1)
@@ -65,9 +68,24 @@ type config struct {
 	scale    float64
 	noPeers  bool
 	progress bool
+	// allowMissing runs without the backends whose server cannot start.
+	allowMissing bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (*config, error) {
+// usageHead is the start of -help's text; the flags follow it.
+const usageHead = `dlockbench runs the same workloads on every dlock backend and strategy,
+beside each server's raw round trip, each strategy's hand-written floor and
+the peer libraries, and writes a table, report.json, report.csv and
+index.html (see bench/README.md for every column).
+
+Usage:
+  dlockbench [flags]                 start every server it can and run the suite
+  dlockbench -url URL [-url URL]...  run against servers you name instead
+
+Flags:
+`
+
+func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("dlockbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &config{}
@@ -80,6 +98,19 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.out, "out", "report", "report directory")
 	fs.Float64Var(&c.scale, "scale", 1, "multiply every measurement's duration")
 	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
+	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+	}
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" || a == "--" {
+			if a != "--" {
+				fs.SetOutput(stdout)
+			}
+			break
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -131,7 +162,7 @@ func (c *config) wantServer(family string) bool {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseFlags(args, stderr)
+	cfg, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,9 +63,49 @@ func TestFlagsRejectNonsense(t *testing.T) {
 		{"-procs", "0"},
 		{"extra-argument"},
 	} {
-		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+		if _, err := parseFlags(args, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted it", args)
 		}
+	}
+}
+
+// TestHelp: -help prints the usage (what the package doc says, and every
+// flag) on standard output, and is not an error for main (exit 0).
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		var out, errb bytes.Buffer
+		err := run(t.Context(), []string{arg}, &out, &errb)
+		if err != flag.ErrHelp {
+			t.Fatalf("%s: run = %v, want flag.ErrHelp (main exits 0)", arg, err)
+		}
+		for _, want := range []string{"Usage:", "dlockbench -url URL", "-allow-missing", "-workload", "bench/README.md"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: standard output lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+		if errb.Len() != 0 {
+			t.Errorf("%s: wrote to standard error: %s", arg, errb.String())
+		}
+	}
+}
+
+// TestMissingServerFails: a server that cannot start ends the run with
+// an error naming it, unless -allow-missing, which runs without it.
+func TestMissingServerFails(t *testing.T) {
+	t.Setenv("DLOCK_REDIS_SERVER", "/nonexistent/redis-server")
+	args := []string{"-quick", "-workload", "uncontended", "-backend", "memory,redis", "-scale", "0.05", "-out"}
+	var out, errb bytes.Buffer
+	err := run(t.Context(), append(args, t.TempDir()), &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "redis") || !strings.Contains(err.Error(), "-allow-missing") {
+		t.Fatalf("run with a server that cannot start: %v; want an error naming redis and -allow-missing", err)
+	}
+	out.Reset()
+	errb.Reset()
+	if err := run(t.Context(), append([]string{"-allow-missing"}, append(args, t.TempDir())...), &out, &errb); err != nil {
+		t.Fatalf("-allow-missing: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "skipped: redis") {
+		t.Errorf("-allow-missing: the table does not say redis was skipped:\n%s", out.String())
 	}
 }
 

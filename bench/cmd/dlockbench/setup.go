@@ -29,6 +29,8 @@ type env struct {
 	byID    map[string]*bench.Server
 	targets []bench.Target
 	skipped []string
+	// failed are the servers that could not start (also in skipped).
+	failed []string
 	closers []func()
 }
 
@@ -53,6 +55,10 @@ func setup(ctx context.Context, cfg *config, stderr io.Writer) (*env, error) {
 		}
 	} else {
 		e.start(ctx, cfg, stderr)
+		if len(e.failed) > 0 && !cfg.allowMissing {
+			e.close()
+			return nil, fmt.Errorf("a server could not start, so its backends would be missing from the comparison (-allow-missing runs without them): %s", strings.Join(e.failed, "; "))
+		}
 	}
 	for _, s := range e.servers {
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -195,6 +201,7 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 			continue
 		case errs[i] != nil:
 			e.skipped = append(e.skipped, fmt.Sprintf("%s: %v", st.family, errs[i]))
+			e.failed = append(e.failed, fmt.Sprintf("%s: %v", st.family, errs[i]))
 			continue
 		}
 		e.closers = append(e.closers, r.close)
