@@ -30,7 +30,7 @@ type env struct {
 	targets []bench.Target
 	skipped []string
 	// failed are the servers that could not start (also in skipped).
-	failed []string
+	failed  []string
 	closers []func()
 }
 
