@@ -353,12 +353,6 @@ func (c *caseT) Notef(format string, args ...any) {
 	c.Logf("%s", s)
 }
 
-func (c *caseT) failed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.errs) > 0
-}
-
 // Locker opens a new client on the harness; the case's clean-up closes it.
 func (c *caseT) Locker() *dlock.Locker {
 	l, err := c.h.NewLocker(c.ctx)

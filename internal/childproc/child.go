@@ -142,9 +142,6 @@ func (c *Child) readLines() {
 	}
 }
 
-// Pid returns the child's process id.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
-
 // Output returns the last bytes of the child's stdout and stderr.
 func (c *Child) Output() string { return c.out.String() }
 
