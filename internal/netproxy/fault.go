@@ -63,19 +63,28 @@ func (p *Proxy) Cut(mode Mode) (heal func()) {
 		panic(fmt.Sprintf("netproxy: unknown cut mode %q", mode))
 	}
 	k := &mode
+	return p.apply(func() { p.cuts = append(p.cuts, k) }, func() []*conn {
+		p.cuts = slices.DeleteFunc(p.cuts, func(m *Mode) bool { return m == k })
+		if mode == Reset {
+			return nil
+		}
+		return p.doom()
+	})
+}
+
+// apply changes the fault state with do, under p.mu, and wakes the
+// writers; the heal it returns (idempotent) undoes it the same way and
+// closes the connections undo returns.
+func (p *Proxy) apply(do func(), undo func() []*conn) (heal func()) {
 	p.mu.Lock()
-	p.cuts = append(p.cuts, k)
+	do()
 	p.bump()
 	p.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			p.mu.Lock()
-			p.cuts = slices.DeleteFunc(p.cuts, func(m *Mode) bool { return m == k })
-			var cs []*conn
-			if mode != Reset {
-				cs = p.doom()
-			}
+			cs := undo()
 			p.bump()
 			p.mu.Unlock()
 			closeAll(cs)
@@ -89,21 +98,14 @@ func (p *Proxy) Cut(mode Mode) (heal func()) {
 // (idempotent) ends it: bytes still held are delivered at once.
 func (p *Proxy) Latency(d, jitter time.Duration) (heal func()) {
 	l := &latency{d: d, jitter: jitter}
-	p.mu.Lock()
-	p.latencies = append(p.latencies, l)
-	p.latencyGen++
-	p.bump()
-	p.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			p.mu.Lock()
-			p.latencies = slices.DeleteFunc(p.latencies, func(x *latency) bool { return x == l })
-			p.latencyGen++
-			p.bump()
-			p.mu.Unlock()
-		})
-	}
+	return p.apply(func() {
+		p.latencies = append(p.latencies, l)
+		p.latencyGen++
+	}, func() []*conn {
+		p.latencies = slices.DeleteFunc(p.latencies, func(x *latency) bool { return x == l })
+		p.latencyGen++
+		return nil
+	})
 }
 
 // LoseReplies drops every byte from the upstream for after; then it
