@@ -95,25 +95,24 @@ run() {
 step "which cc in the fresh root (none expected before make test)"
 run 'command -v cc gcc || echo "no C compiler"'
 
-step "make test"
-t1=$(date +%s)
-if ! run 'make test' >"$root.make-test.log" 2>&1; then
-	tail -60 "$root.make-test.log"
-	echo "fresh-root-check: make test FAILED (log: $root.make-test.log)" >&2
-	KEEP=1
-	exit 1
-fi
-tail -40 "$root.make-test.log"
-t2=$(date +%s)
+# must runs one of the README's commands in the fresh root, with its log
+# in $root.LOG.log; on failure it shows the log's tail and keeps the root.
+must() {
+	local log="$root.$1.log"
+	step "$2"
+	if ! run "$2" >"$log" 2>&1; then
+		tail -60 "$log"
+		echo "fresh-root-check: $2 FAILED (log: $log)" >&2
+		KEEP=1
+		exit 1
+	fi
+	tail -40 "$log"
+}
 
-step "make bench BENCHFLAGS=$benchflags"
-if ! run "make bench BENCHFLAGS='$benchflags'" >"$root.make-bench.log" 2>&1; then
-	tail -60 "$root.make-bench.log"
-	echo "fresh-root-check: make bench FAILED (log: $root.make-bench.log)" >&2
-	KEEP=1
-	exit 1
-fi
-tail -40 "$root.make-bench.log"
+t1=$(date +%s)
+must make-test "make test"
+t2=$(date +%s)
+must make-bench "make bench BENCHFLAGS='$benchflags'"
 t3=$(date +%s)
 
 step "passed: make test $((t2 - t1))s, make bench $((t3 - t2))s, all $((t3 - t0))s"
