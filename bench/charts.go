@@ -108,7 +108,7 @@ func (rep *Report) grantsChart(hold string) (chart, bool) {
 				order = append(order, r.Backend)
 			}
 			series[r.Backend] = append(series[r.Backend], opts.LineData{Value: logv(r.GrantsPerSec), Name: lb})
-			best = max(best, r.IdealGrantsPerSec)
+			best = max(best, Med(r.Ideal))
 		}
 		ideal = append(ideal, opts.LineData{Value: logv(best)})
 	}

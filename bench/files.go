@@ -61,8 +61,8 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 	for _, r := range rep.Rows {
 		cw.Write([]string{r.Backend, r.Family, r.Kind, r.Workload, r.Label, fmt.Sprint(r.Params["clients"]), strconv.Itoa(r.Procs),
 			i(r.P50), i(r.P99), i(r.P999), i(r.ReleaseP50), i(r.ReleaseP99), i(r.ReleaseP999),
-			u(r.Grants), f(r.GrantsPerSec), f(r.IdealGrantsPerSec), f(r.RatioToIdeal),
-			i(r.BaselineRTT), r.Floor, i(r.FloorNs), f(r.RatioToFloor), f(r.RatioToRTT), r.Peer, f(r.RatioToPeer),
+			u(r.Grants), f(r.GrantsPerSec), f(Med(r.Ideal)), f(Med(r.ToIdeal)),
+			i(r.BaselineRTT), r.Floor, i(r.FloorNs), f(Med(r.ToFloor)), f(Med(r.ToRTT)), r.Peer, f(Med(r.ToPeer)),
 			i(r.HandoffP50), i(r.HandoffP99), f(r.Jain), i(r.MaxWait), u(r.Violations), u(r.FencingViolations),
 			f(r.FailedPerGrant), u(r.Errors), f(r.ServerCmdsPerGrant), f(r.ServerCPUPerGrantNs), r.Skipped})
 	}

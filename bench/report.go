@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/dlock-go/dlock/internal/stats"
 )
 
 // Row is one target × workload configuration in the report. Durations
@@ -39,28 +41,43 @@ type Row struct {
 	ReleaseP99  int64 `json:"release_p99_ns"`
 	ReleaseP999 int64 `json:"release_p999_ns"`
 
-	Grants       uint64  `json:"grants"`
-	GrantsPerSec float64 `json:"grants_per_sec"`
-	// IdealGrantsPerSec is 1/(hold + one round trip) for one hot name,
-	// bounded by the clients' demand (see Ideal).
-	IdealGrantsPerSec float64 `json:"ideal_grants_per_sec"`
-	RatioToIdeal      float64 `json:"ratio_to_ideal"`
+	Grants uint64 `json:"grants"`
+	// GrantsPerSec is Rate's median, the figure the tables print.
+	GrantsPerSec float64 `json:"-"`
+	// Rate is grants per second, one value per round.
+	Rate *stats.Interval `json:"grants_per_sec"`
+	// Use is one uncontended lock use (acquire p50 + release p50) in
+	// nanoseconds, one value per round.
+	Use *stats.Interval `json:"use_ns"`
+	// HoldNs is the measured hold (p50 of what each hold really took:
+	// time.Sleep(1ms) sleeps longer than 1 ms).
+	HoldNs int64 `json:"hold_ns"`
+	// Ideal is the contended rate a perfect lock would reach on one hot
+	// name, from the measured hold and the floor's measured release and
+	// acquire on the same server (see Ideal); ToIdeal is this row's rate
+	// over it, paired per round.
+	Ideal   *stats.Interval `json:"ideal_grants_per_sec"`
+	ToIdeal *stats.Interval `json:"ratio_to_ideal"`
 
 	// BaselineRTT is the p50 of the server's raw round trip, same run.
 	BaselineRTT int64 `json:"baseline_rtt_ns"`
-	// FloorNs is the p50 of one lock use (acquire + release) by the
-	// strategy's hand-written floor, same run; RatioToFloor is this row's
-	// p50 lock use (uncontended: acquire + release p50) over it.
-	Floor        string  `json:"floor,omitempty"`
-	FloorNs      int64   `json:"floor_ns"`
-	RatioToFloor float64 `json:"ratio_to_floor"`
-	RatioToRTT   float64 `json:"ratio_to_rtt"`
+	// FloorNs is the median lock use (acquire + release p50) of the
+	// strategy's hand-written floor, same run; ToFloor is this row's
+	// lock use over the floor's, paired per round (uncontended only).
+	Floor   string          `json:"floor,omitempty"`
+	FloorNs int64           `json:"floor_ns"`
+	ToFloor *stats.Interval `json:"ratio_to_floor"`
+	ToRTT   *stats.Interval `json:"ratio_to_rtt"`
 	// Peer is the best peer library on the same server for this workload
-	// (lowest lock use p50 uncontended, highest grants/s otherwise), and
-	// RatioToPeer this row over it (use p50 ratio uncontended: lower is
-	// better; grants/s ratio otherwise: higher is better).
-	Peer        string  `json:"peer,omitempty"`
-	RatioToPeer float64 `json:"ratio_to_peer"`
+	// (lowest lock use uncontended, highest grants/s otherwise), and
+	// ToPeer this row over it, paired per round (lock use ratio
+	// uncontended: lower is better; grants/s ratio otherwise: higher is
+	// better).
+	Peer   string          `json:"peer,omitempty"`
+	ToPeer *stats.Interval `json:"ratio_to_peer"`
+
+	// Rounds holds the per-round figures the intervals are built from.
+	Rounds []RoundFigures `json:"-"`
 
 	HandoffP50 int64 `json:"handoff_p50_ns"`
 	HandoffP99 int64 `json:"handoff_p99_ns"`
@@ -88,8 +105,30 @@ type Row struct {
 	Skipped string `json:"skipped,omitempty"`
 }
 
-// useNs is the p50 cost of one uncontended lock use.
-func (r *Row) useNs() int64 { return r.P50 + r.ReleaseP50 }
+// RoundFigures is what one round of a row measured.
+type RoundFigures struct {
+	// UseNs is acquire p50 + release p50 (uncontended lock use).
+	UseNs        float64
+	GrantsPerSec float64
+	HoldNs       float64
+}
+
+// useNs is the p50 cost of one uncontended lock use: Use's median when
+// the row has rounds, else the merged histograms' p50s.
+func (r *Row) useNs() int64 {
+	if r.Use != nil {
+		return int64(r.Use.Median)
+	}
+	return r.P50 + r.ReleaseP50
+}
+
+// Med is an interval's median, 0 for none (a figure that does not apply).
+func Med(iv *stats.Interval) float64 {
+	if iv == nil {
+		return 0
+	}
+	return iv.Median
+}
 
 // Report is a whole run.
 type Report struct {
@@ -106,7 +145,27 @@ type Report struct {
 	Servers    []*Server         `json:"servers"`
 	Skipped    []string          `json:"skipped,omitempty"`
 	Peers      map[string]string `json:"peers"`
-	Rows       []*Row            `json:"rows"`
+	// Rounds is how many rounds each workload ran, its targets
+	// alternating within each.
+	Rounds int `json:"rounds"`
+	// Load is the machine's load during the run.
+	Load *Load `json:"load"`
+	// Verdict is what the run concludes (Decide).
+	Verdict *Verdict `json:"verdict"`
+	Rows    []*Row   `json:"rows"`
+}
+
+// Load is the machine's load during a run, from /proc: the figures are
+// only as good as the machine was quiet.
+type Load struct {
+	// Avg1 is the one-minute load average at the start and the end.
+	Avg1Start float64 `json:"loadavg1_start"`
+	Avg1End   float64 `json:"loadavg1_end"`
+	// BusyPct is the machine's CPU busy share during the run (all
+	// processes), OtherPct the share used by processes other than this
+	// benchmark, its children and the servers it measured.
+	BusyPct  float64 `json:"cpu_busy_pct"`
+	OtherPct float64 `json:"cpu_other_pct"`
 }
 
 var quantiles = []float64{0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 0.9999, 1}
@@ -224,10 +283,10 @@ func Finalize(rows []*Row, targets []Target) {
 		}
 		if r.Workload == Uncontended {
 			if r.FloorNs > 0 {
-				r.RatioToFloor = float64(r.useNs()) / float64(r.FloorNs)
+				r.ToFloor = one(float64(r.useNs()) / float64(r.FloorNs))
 			}
 			if r.BaselineRTT > 0 {
-				r.RatioToRTT = float64(r.useNs()) / float64(r.BaselineRTT)
+				r.ToRTT = one(float64(r.useNs()) / float64(r.BaselineRTT))
 			}
 		}
 		if r.Workload == Handoff || r.Workload == Fairness {
@@ -240,8 +299,8 @@ func Finalize(rows []*Row, targets []Target) {
 				work = w
 			}
 			if r.BaselineRTT > 0 {
-				r.IdealGrantsPerSec = Ideal(hold, work, time.Duration(r.BaselineRTT), int(toFloat(r.Params["clients"])))
-				r.RatioToIdeal = r.GrantsPerSec / r.IdealGrantsPerSec
+				ideal := Ideal(hold, work, time.Duration(r.BaselineRTT), int(toFloat(r.Params["clients"])))
+				r.Ideal, r.ToIdeal = one(ideal), one(r.GrantsPerSec/ideal)
 			}
 		}
 	}
@@ -266,10 +325,10 @@ func Finalize(rows []*Row, targets []Target) {
 		r.Peer = best.Backend
 		if r.Workload == Uncontended {
 			if best.useNs() > 0 {
-				r.RatioToPeer = float64(r.useNs()) / float64(best.useNs())
+				r.ToPeer = one(float64(r.useNs()) / float64(best.useNs()))
 			}
 		} else if best.GrantsPerSec > 0 {
-			r.RatioToPeer = r.GrantsPerSec / best.GrantsPerSec
+			r.ToPeer = one(r.GrantsPerSec / best.GrantsPerSec)
 		}
 	}
 }
@@ -294,3 +353,6 @@ func toFloat(v any) float64 {
 	}
 	return 0
 }
+
+// one is a figure measured once: an interval of one round.
+func one(v float64) *stats.Interval { return stats.MedianCI([]float64{v}, 0.95) }

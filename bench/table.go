@@ -77,7 +77,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 			head = []string{"acq p50", "acq p99", "acq p99.9", "rel p50", "use p50", "×floor", "×rtt", "×peer", "grants/s", "cmds/grant", "cpu/grant", "viol"}
 			cells = func(r *Row) []string {
 				return []string{dur(r.P50), dur(r.P99), dur(r.P999), dur(r.ReleaseP50), dur(r.useNs()),
-					ratio(r.RatioToFloor), ratio(r.RatioToRTT), peerCell(r), rate(r.GrantsPerSec),
+					ratio(Med(r.ToFloor)), ratio(Med(r.ToRTT)), peerCell(r), rate(r.GrantsPerSec),
 					perGrant(r.ServerCmdsPerGrant, ""), perGrant(r.ServerCPUPerGrantNs, "ns"), viol(r)}
 			}
 		case ManyKeys:
@@ -89,7 +89,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		case Handoff, Fairness:
 			head = []string{"grants/s", "ideal/s", "×ideal", "rate×peer", "handoff p50", "handoff p99", "acq p99", "max wait", "jain", "failed/grant", "cmds/grant", "viol"}
 			cells = func(r *Row) []string {
-				return []string{rate(r.GrantsPerSec), rate(r.IdealGrantsPerSec), ratio(r.RatioToIdeal), peerCell(r),
+				return []string{rate(r.GrantsPerSec), rate(Med(r.Ideal)), ratio(Med(r.ToIdeal)), peerCell(r),
 					dur(r.HandoffP50), dur(r.HandoffP99), dur(r.P99), dur(r.MaxWait), fmt.Sprintf("%.3f", r.Jain),
 					perGrant(r.FailedPerGrant, ""), perGrant(r.ServerCmdsPerGrant, ""), viol(r)}
 			}
@@ -123,10 +123,10 @@ func (rep *Report) WriteTable(w io.Writer) {
 }
 
 func peerCell(r *Row) string {
-	if r.Peer == "" || r.Kind == KindPeer && r.RatioToPeer == 0 {
+	if r.Peer == "" || r.Kind == KindPeer && r.ToPeer == nil {
 		return "-"
 	}
-	return ratio(r.RatioToPeer)
+	return ratio(Med(r.ToPeer))
 }
 
 func paramLine(p map[string]any) string {
