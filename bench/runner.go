@@ -29,6 +29,8 @@ type Result struct {
 	// Server is the server's work during the measured time.
 	Server ServerDelta
 	Procs  int
+	// Hold is what each hold really took (Workload.Hold asked for).
+	Hold *hdrhistogram.Histogram
 }
 
 // Runner runs targets on workloads, in this process or, with Procs > 1,
