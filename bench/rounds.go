@@ -98,5 +98,3 @@ func Rotation(n, r int) []int {
 	}
 	return order
 }
-
-
