@@ -8,6 +8,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/stats"
 )
 
@@ -75,6 +76,10 @@ type Row struct {
 	// better).
 	Peer   string          `json:"peer,omitempty"`
 	ToPeer *stats.Interval `json:"ratio_to_peer"`
+
+	// Caps is what the dlock driver declares (dlock rows only; nil for
+	// others), for the verdict's safety table.
+	Caps *driver.Capabilities `json:"capabilities,omitempty"`
 
 	// Rounds holds the per-round figures the intervals are built from.
 	Rounds []RoundFigures `json:"-"`
