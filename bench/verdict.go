@@ -1,5 +1,7 @@
 package bench
 
+import "io"
+
 // Verdict is what a run concludes: the answer a team reads first, at the
 // top of index.html and of the terminal output. Decide builds it from the
 // rows of a finalized report.
@@ -62,3 +64,6 @@ type Claim struct {
 
 // Decide builds the verdict of a finalized report.
 func Decide(rep *Report) *Verdict { return &Verdict{} }
+
+// WriteText prints the verdict for the terminal, before the tables.
+func (v *Verdict) WriteText(w io.Writer) {}
