@@ -9,9 +9,10 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// Strategies lists, per server family, the dlock URLs' strategy
+// strategies lists, per server family, the dlock URLs' strategy
 // parameter and the target name suffix of each strategy, and the floor
-// that strategy is compared with.
+// that strategy is compared with (floorImpls, floors.go): the fenced one,
+// which gives the strategy's guarantees, its fencing token included.
 type strategy struct {
 	suffix string // "" for the default strategy
 	param  string // query to add to the server URL
@@ -35,19 +36,18 @@ var strategies = map[string][]strategy{
 
 var rttImpl = map[string]string{"redis": "redis-rtt", "zookeeper": "zk-rtt", "postgres": "pg-rtt", "mysql": "mysql-rtt"}
 
-var peerImpls = map[string][]string{"redis": {"redsync", "redislock"}, "zookeeper": {"zk.Lock"}}
-
-// floorNames names each floor implementation in the tables.
-var floorNames = map[string]string{
-	"redis-floor":           "SET NX PX + EVALSHA compare-and-delete",
-	"zk-floor":              "create ephemeral + delete",
-	"pg-forupdate-floor":    "BEGIN; SELECT … FOR UPDATE (one round trip) / COMMIT",
-	"pg-version-floor":      "conditional UPDATE of a lease row / UPDATE to free",
-	"pg-advisory-floor":     "pg_advisory_lock / pg_advisory_unlock",
-	"mysql-forupdate-floor": "BEGIN; SELECT … FOR UPDATE (one round trip) / COMMIT",
-	"mysql-version-floor":   "conditional UPDATE of a lease row / UPDATE to free",
-	"mysql-getlock-floor":   "GET_LOCK / RELEASE_LOCK",
+// peerImpls are the peers of a server family, in the order of their rows.
+var peerImpls = map[string][]string{
+	"redis":     {"redsync", "redsync tuned", "redislock", "redislock tuned"},
+	"zookeeper": {"zk.Lock"},
 }
+
+// peerFloor is the floor the peers of a family are built on and compared
+// with: the unfenced one (redsync and redislock: SET NX PX and a
+// compare-and-delete; zk.Lock: an ephemeral node), while dlock's rows are
+// compared with the fenced floor of their strategy, which also issues
+// dlock's token. Its target is "floor <server> unfenced".
+var peerFloor = map[string]string{"redis": "redis-unfenced-floor", "zookeeper": "zk-unfenced-floor"}
 
 // FamilyOf returns the server family of a dlock URL scheme.
 func FamilyOf(rawURL string) string {
@@ -103,41 +103,45 @@ func withQuery(raw, param string) string {
 }
 
 // TargetsFor returns the targets of a server dlockbench started: every
-// dlock strategy whose driver is registered, the floors, the raw round
-// trip and the peers. Targets whose driver is missing are returned in
-// skipped with the reason.
+// dlock strategy whose driver is registered, the floors (the fenced floor
+// of each strategy, and the unfenced one the peers are built on), the raw
+// round trip and the peers. Targets whose driver is missing are returned
+// in skipped with the reason.
 func TargetsFor(s *Server) (targets []Target, skipped map[string]string) {
 	skipped = map[string]string{}
 	fam := s.Backend
 	rtt := Target{Name: "rtt " + s.ID, Kind: KindRTT, Impl: rttImpl[fam], URL: ServerURL(s.URL), Backend: fam, Server: s.ID}
 	var floors []Target
-	for _, st := range strategies[fam] {
-		t := Target{Name: s.ID + st.suffix, Kind: KindDlock, URL: withQuery(s.URL, st.param), Backend: fam, Server: s.ID, RTT: rtt.Name}
-		if _, ok := openers[st.floor]; ok {
-			fname := "floor " + s.ID + st.suffix
-			if !slices.ContainsFunc(floors, func(f Target) bool { return f.Impl == st.floor }) {
-				floors = append(floors, Target{Name: fname, Kind: KindFloor, Impl: st.floor, URL: rtt.URL, Backend: fam,
-					Server: s.ID, RTT: rtt.Name, Note: floorNames[st.floor]})
-			}
-			for _, f := range floors {
-				if f.Impl == st.floor {
-					t.Floor = f.Name
-				}
+	// floorOf returns the name of the floor target of impl, adding it
+	// under name when it is new.
+	floorOf := func(impl, name string) string {
+		if _, ok := openers[impl]; !ok {
+			return ""
+		}
+		for _, f := range floors {
+			if f.Impl == impl {
+				return f.Name
 			}
 		}
+		floors = append(floors, Target{Name: name, Kind: KindFloor, Impl: impl, URL: rtt.URL, Backend: fam,
+			Server: s.ID, RTT: rtt.Name, Note: floorNote(impl)})
+		return name
+	}
+	for _, st := range strategies[fam] {
+		t := Target{Name: s.ID + st.suffix, Kind: KindDlock, URL: withQuery(s.URL, st.param), Backend: fam, Server: s.ID, RTT: rtt.Name}
+		t.Floor = floorOf(st.floor, "floor "+s.ID+st.suffix)
 		if !Registered(t.URL) {
 			skipped[t.Name] = fmt.Sprintf("driver for %s:// not built into this binary yet", scheme(t.URL))
 			continue
 		}
 		targets = append(targets, t)
 	}
-	for _, impl := range peerImpls[fam] {
-		floor := ""
-		if len(floors) > 0 {
-			floor = floors[0].Name
+	if impls := peerImpls[fam]; len(impls) > 0 {
+		floor := floorOf(peerFloor[fam], "floor "+s.ID+" unfenced")
+		for _, impl := range impls {
+			targets = append(targets, Target{Name: impl, Kind: KindPeer, Impl: impl, URL: rtt.URL, Backend: fam,
+				Server: s.ID, RTT: rtt.Name, Floor: floor, Note: PeerNotes[impl]})
 		}
-		targets = append(targets, Target{Name: impl, Kind: KindPeer, Impl: impl, URL: rtt.URL, Backend: fam,
-			Server: s.ID, RTT: rtt.Name, Floor: floor, Note: PeerNotes[impl]})
 	}
 	targets = append(targets, floors...)
 	if rtt.Impl != "" {

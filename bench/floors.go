@@ -12,36 +12,55 @@ import (
 // and the raw round trips. The floors and round trips are
 // internal/floor's, the same the drivers' go test benchmarks compare
 // with: for each strategy, the fewest round trips that take and free a
-// lock with its guarantees, hand-written on one connection; and one
-// request that does nothing. Both run on the same server as the targets
-// they are compared with, in the same run. Tests add their own
-// implementations to openers themselves.
+// lock with its guarantees (its fencing token included), hand-written on
+// one connection; and one request that does nothing. Both run on the same
+// server as the targets they are compared with, in the same run. Tests
+// add their own implementations to openers themselves.
 func implementations() map[string]opener {
-	return map[string]opener{
-		"redsync":   openRedsync,
-		"redislock": openRedislock,
-		"zk.Lock":   openZKLock,
-
-		"redis-floor":           floorOpener(""),
-		"zk-floor":              floorOpener(""),
-		"pg-forupdate-floor":    floorOpener("forupdate"),
-		"pg-version-floor":      floorOpener("version"),
-		"pg-advisory-floor":     floorOpener("advisory"),
-		"mysql-forupdate-floor": floorOpener("forupdate"),
-		"mysql-version-floor":   floorOpener("version"),
-		"mysql-getlock-floor":   floorOpener("getlock"),
-
+	m := map[string]opener{
 		"redis-rtt": openRTT,
 		"zk-rtt":    openRTT,
 		"pg-rtt":    openRTT,
 		"mysql-rtt": openRTT,
 	}
+	for impl, p := range peers {
+		m[impl] = p.open
+	}
+	for impl, f := range floorImpls {
+		m[impl] = floorOpener(f.strategy)
+	}
+	return m
+}
+
+// floorImpl is a floor of internal/floor: its backend and strategy.
+type floorImpl struct{ backend, strategy string }
+
+// floorImpls are the floors by Target.Impl: one per dlock strategy, and
+// the unfenced floors the peers are built on.
+var floorImpls = map[string]floorImpl{
+	"redis-floor":           {"redis", ""},
+	"redis-unfenced-floor":  {"redis", floor.Unfenced},
+	"zk-floor":              {"zookeeper", ""},
+	"zk-unfenced-floor":     {"zookeeper", floor.Unfenced},
+	"pg-forupdate-floor":    {"postgres", "forupdate"},
+	"pg-version-floor":      {"postgres", "version"},
+	"pg-advisory-floor":     {"postgres", "advisory"},
+	"mysql-forupdate-floor": {"mysql", "forupdate"},
+	"mysql-version-floor":   {"mysql", "version"},
+	"mysql-getlock-floor":   {"mysql", "getlock"},
+}
+
+// floorNote says what a floor sends and guarantees (floor.About), for the
+// target's note.
+func floorNote(impl string) string {
+	f := floorImpls[impl]
+	return floor.About(f.backend, f.strategy)
 }
 
 // floorOpener opens the floor of a strategy (a dlock strategy name, ""
-// for Redis and ZooKeeper) on the target's server, as a Client that
-// retries with a short pause (floors only run uncontended, where the
-// first attempt succeeds).
+// for Redis and ZooKeeper, or floor.Unfenced) on the target's server, as
+// a Client that retries with a short pause (floors only run uncontended,
+// where the first attempt succeeds). Its grants carry the floor's tokens.
 func floorOpener(strategy string) opener {
 	return func(ctx context.Context, t Target) (Client, error) {
 		f, err := floor.Open(ctx, t.URL, strategy, &floor.Options{TTL: LeaseTTL})
@@ -50,11 +69,11 @@ func floorOpener(strategy string) opener {
 		}
 		return &retryClient{
 			try: func(ctx context.Context, name string) (Held, bool, error) {
-				release, ok, err := f.TryAcquire(ctx, name)
+				g, ok, err := f.TryAcquire(ctx, name)
 				if err != nil || !ok {
 					return nil, false, err
 				}
-				return noToken{release: release}, true, nil
+				return g, true, nil
 			},
 			close: f.Close,
 		}, nil

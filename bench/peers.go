@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -20,18 +21,42 @@ import (
 )
 
 // The peers: other Go lock libraries, run through the same workloads on
-// the same servers. Each is used as its documentation shows, with its
-// defaults, except where a default cannot take part in a workload (said
-// in PeerNotes). They are listed in implementations (floors.go).
+// the same servers, each as shipped (its defaults, or where its defaults
+// cannot wait for a lock, what its documentation recommends) and, where
+// those defaults are not its best, tuned: a second row whose name says
+// so. PeerNotes says exactly how each row is configured. All of them are
+// built on an unfenced floor (no token), which is what their rows are
+// compared with.
 
-// PeerNotes says how each peer is configured.
-var PeerNotes = map[string]string{
-	"redsync": "go-redsync/redsync v4 over go-redis v9 (goredis pool), one node, defaults: 32 tries, " +
-		"random 50-250 ms between tries, expiry set to the common 10 s lease",
-	"redislock": "bsm/redislock, which does not retry by default: given " +
-		"RetryStrategy ExponentialBackoff(16ms, 256ms) (its documented minimum), a fresh one per Obtain",
-	"zk.Lock": "go-zookeeper/zk Lock (ephemeral-sequential recipe, no context: a waiter cannot be cancelled)",
+// peer is one peer row's implementation and what its note says.
+type peer struct {
+	open opener
+	note string
 }
+
+// peers are the peers by Target.Impl, which is also their row's name.
+var peers = map[string]peer{
+	"redsync": {openRedsync(redsyncShipped), "go-redsync/redsync v4 over go-redis v9 (goredis pool), as shipped: " +
+		"32 tries, a random 50-250 ms between tries (an acquire gives up after the 32nd), expiry set to the common 10 s lease"},
+	"redsync tuned": {openRedsync(redsyncTuned), "go-redsync/redsync v4 over go-redis v9 (goredis pool), tuned: " +
+		"WithRetryDelay(1 ms), tries unbounded (WithTries(MaxInt32): the benchmark's context ends the wait), expiry 10 s"},
+	"redislock": {openRedislock(redislockShipped), "bsm/redislock, as shipped: it does not retry by default (NoRetry), " +
+		"so it is given the retry its documentation recommends, ExponentialBackoff(16 ms, 256 ms) (16 ms being its " +
+		"documented minimum), a fresh one per Obtain"},
+	"redislock tuned": {openRedislock(redislockTuned), "bsm/redislock, tuned: RetryStrategy LinearBackoff(1 ms), " +
+		"a retry every millisecond until the benchmark's context ends"},
+	"zk.Lock": {openZKLock, "go-zookeeper/zk Lock as shipped (ephemeral-sequential recipe with a watch on the " +
+		"predecessor: no retry delay to tune, so no tuned row; no context: a waiter cannot be cancelled)"},
+}
+
+// PeerNotes says how each peer is configured, by its row's name.
+var PeerNotes = func() map[string]string {
+	m := map[string]string{}
+	for name, p := range peers {
+		m[name] = p.note
+	}
+	return m
+}()
 
 // redisPool opens a go-redis client with its default pool for a peer.
 func redisPool(t Target) (*goredis.Client, error) {
@@ -45,25 +70,49 @@ func redisPool(t Target) (*goredis.Client, error) {
 type redsyncClient struct {
 	rdbs   []*goredis.Client
 	rs     *redsync.Redsync
+	opts   []redsync.Option
 	failed atomic.Uint64
+}
+
+// redsyncOptions are a redsync row's options; count counts a failed try.
+type redsyncOptions func(count func()) []redsync.Option
+
+// redsyncShipped is redsync's default retry: 32 tries, a random delay of
+// 50-250 ms (written out again only to count the failed tries).
+func redsyncShipped(count func()) []redsync.Option {
+	return []redsync.Option{redsync.WithRetryDelayFunc(func(int) time.Duration {
+		count()
+		return time.Duration(50+rand.IntN(200)) * time.Millisecond
+	})}
+}
+
+// redsyncTuned retries every millisecond until the context ends.
+func redsyncTuned(count func()) []redsync.Option {
+	return []redsync.Option{
+		redsync.WithTries(math.MaxInt32),
+		redsync.WithRetryDelayFunc(func(int) time.Duration { count(); return time.Millisecond }),
+	}
 }
 
 // openRedsync opens redsync on one node (redis://) or, for a redlock://
 // URL, on each of its independent masters (redsync is Redlock).
-func openRedsync(ctx context.Context, t Target) (Client, error) {
-	c := &redsyncClient{}
-	var pools []redsyncredis.Pool
-	for _, u := range nodeURLs(t.URL) {
-		rdb, err := redisPool(Target{URL: u})
-		if err != nil {
-			c.Close()
-			return nil, err
+func openRedsync(opts redsyncOptions) opener {
+	return func(ctx context.Context, t Target) (Client, error) {
+		c := &redsyncClient{}
+		c.opts = append([]redsync.Option{redsync.WithExpiry(LeaseTTL)}, opts(func() { c.failed.Add(1) })...)
+		var pools []redsyncredis.Pool
+		for _, u := range nodeURLs(t.URL) {
+			rdb, err := redisPool(Target{URL: u})
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			c.rdbs = append(c.rdbs, rdb)
+			pools = append(pools, redsyncgoredis.NewPool(rdb))
 		}
-		c.rdbs = append(c.rdbs, rdb)
-		pools = append(pools, redsyncgoredis.NewPool(rdb))
+		c.rs = redsync.New(pools...)
+		return c, nil
 	}
-	c.rs = redsync.New(pools...)
-	return c, nil
 }
 
 // nodeURLs splits redlock://[:pw@]h1,h2,h3[/db] into one redis:// URL per
@@ -83,13 +132,7 @@ func nodeURLs(raw string) []string {
 }
 
 func (c *redsyncClient) Acquire(ctx context.Context, name string) (Held, error) {
-	m := c.rs.NewMutex("dlockbench:redsync:"+name,
-		redsync.WithExpiry(LeaseTTL),
-		// redsync's own default delay (50-250 ms at random), counted.
-		redsync.WithRetryDelayFunc(func(int) time.Duration {
-			c.failed.Add(1)
-			return time.Duration(50+rand.IntN(200)) * time.Millisecond
-		}))
+	m := c.rs.NewMutex("dlockbench:redsync:"+name, c.opts...)
 	if err := m.LockContext(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -110,15 +153,29 @@ func (c *redsyncClient) Close() error {
 type redislockClient struct {
 	rdb    *goredis.Client
 	rl     *redislock.Client
+	retry  func() redislock.RetryStrategy
 	failed atomic.Uint64
 }
 
-func openRedislock(ctx context.Context, t Target) (Client, error) {
-	rdb, err := redisPool(t)
-	if err != nil {
-		return nil, err
+// redislockShipped is the retry redislock's documentation recommends (it
+// has none by default): exponential, from its documented minimum of 16 ms.
+func redislockShipped() redislock.RetryStrategy {
+	return redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond)
+}
+
+// redislockTuned retries every millisecond.
+func redislockTuned() redislock.RetryStrategy { return redislock.LinearBackoff(time.Millisecond) }
+
+// openRedislock opens redislock with a fresh retry strategy of retry's per
+// Obtain (an exponential one counts its retries).
+func openRedislock(retry func() redislock.RetryStrategy) opener {
+	return func(ctx context.Context, t Target) (Client, error) {
+		rdb, err := redisPool(t)
+		if err != nil {
+			return nil, err
+		}
+		return &redislockClient{rdb: rdb, rl: redislock.New(rdb), retry: retry}, nil
 	}
-	return &redislockClient{rdb: rdb, rl: redislock.New(rdb)}, nil
 }
 
 // countingRetry counts the retries a redislock.RetryStrategy hands out.
@@ -133,8 +190,7 @@ func (r countingRetry) NextBackoff() time.Duration {
 }
 
 func (c *redislockClient) Acquire(ctx context.Context, name string) (Held, error) {
-	opt := &redislock.Options{RetryStrategy: countingRetry{
-		s: redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond), n: &c.failed}}
+	opt := &redislock.Options{RetryStrategy: countingRetry{s: c.retry(), n: &c.failed}}
 	l, err := c.rl.Obtain(ctx, "dlockbench:redislock:"+name, LeaseTTL, opt)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -2,31 +2,70 @@
 // benchmarks compare it with, written once for the drivers' go test
 // benchmarks and for dlockbench.
 //
-// A floor is the least a lock needs on a backend to give the guarantees
-// of the dlock strategy it stands beside, hand-written on one connection
-// (or session) of its own, with nothing else: no keep-alive, no waiting
-// queue, no retries, and no fencing token where the mechanism does not
-// write one anyway. Each takes and frees a lock in the fewest round trips
-// the backend allows:
+// A floor is the fewest round trips that give, on a backend, what the
+// dlock strategy it stands beside gives: mutual exclusion, a release
+// that never frees another holder's lock, a lease where the strategy has
+// one (a TTL on the server's clock, or the server's idle timeout set to
+// the TTL on a pinned connection), and dlock's fencing token (a counter
+// that strictly increases across the holders of a name and is durable
+// before it is returned). It is hand-written on a connection (or
+// session) of its own, with nothing else: no keep-alive, no waiting
+// queue, no retries, no observer. Each guarantee costs what the table
+// says; "+" joins what travels in one round trip:
 //
-//	backend    strategy   take                                        free
-//	redis      ""         SET NX PX (expires on the server)           EVALSHA compare-and-delete
-//	zookeeper  ""         create an ephemeral node (session-bound)    delete
-//	postgres   forupdate  BEGIN; SELECT … FOR UPDATE NOWAIT (1 trip)  COMMIT
-//	mysql      forupdate  BEGIN; SELECT … FOR UPDATE NOWAIT (1 trip)  COMMIT
-//	postgres   version    UPDATE of a lease row: free or expired by   UPDATE if still ours
-//	mysql      version      the server's clock; the row's version++   and unexpired
-//	postgres   advisory   pg_try_advisory_lock (session-bound)        pg_advisory_unlock
-//	mysql      getlock    GET_LOCK(key, 0) (session-bound)            RELEASE_LOCK
+//	backend    strategy   take                                            free
+//	redis      ""         EVALSHA: SET NX PX + INCR of the name's counter  EVALSHA compare-and-delete
+//	redis      unfenced   SET NX PX (no token)                            EVALSHA compare-and-delete
+//	zookeeper  ""         multi: create ephemeral-sequential + setData     delete (a name of its own)
+//	                        of the parent (its mzxid is the node's czxid)
+//	zookeeper  unfenced   create ephemeral (no token)                     delete
+//	postgres   forupdate  BEGIN + idle timeout + SELECT … FOR UPDATE      COMMIT
+//	                        NOWAIT; then nextval on a second connection
+//	postgres   version    UPDATE of a lease row, free or expired by the   UPDATE if still ours
+//	                        server's clock, version+1 RETURNING version     and unexpired
+//	postgres   advisory   pg_try_advisory_lock + idle timeout + nextval   pg_advisory_unlock + timeout reset
+//	mysql      forupdate  BEGIN + wait_timeout + SELECT … FOR UPDATE      COMMIT + wait_timeout reset
+//	                        NOWAIT; then the name's counter+1 on a
+//	                        second connection
+//	mysql      version    as postgres, version = LAST_INSERT_ID(version+1) as postgres
+//	mysql      getlock    GET_LOCK(key, 0) + wait_timeout + the name's    RELEASE_LOCK + wait_timeout reset
+//	                        counter+1
 //
 // The strategy names are dlock's: a benchmark of a dlock URL with
-// strategy=s opens the floor s of the same server. The pinned floors
-// (forupdate, advisory, getlock, zookeeper) hold their connection or
-// session for as long as the lock is held, so a holder that dies frees
-// it, as dlock's do; the others expire on the server's clock. What they
-// leave out: dlock also sets the server's idle timeouts to the TTL with
-// each pinned lock (a holder that hangs with its connection open loses
-// it), in the round trip that takes it.
+// strategy=s opens the floor s of the same server. The unfenced floors
+// are what the other Go libraries (redsync, redislock, zk.Lock) are
+// built on: no token. A floor of the strategy "" or of a named one is
+// fenced: Grant.Token is its token, as a dlock lease's.
+//
+// Where each guarantee costs its round trip:
+//   - Redis: the token is free (the INCR runs in the script that takes the
+//     lock); the owner-safe release is one script. dlock's own acquire
+//     script also registers waiters and retries idempotently, which a
+//     floor, never waiting, does not need.
+//   - ZooKeeper: the token comes in the create's reply when the create is
+//     a multi that also writes the parent (its mzxid is the create's zxid,
+//     the node's czxid, dlock's token); the child count in that reply says
+//     whether ours is the only node (granted) or not (refused: our node is
+//     deleted, a second round trip only when the lock is taken). A
+//     sequential name is the grant's own, so a plain delete cannot free a
+//     later grant's node. What a floor leaves out: dlock's protected (GUID)
+//     names, which recover a create whose reply was lost.
+//   - forupdate: the row lock lives in an open transaction, so a token
+//     taken in it would be rolled back by a crash of the server and given
+//     again; a token durable before it is used needs a commit outside
+//     that transaction: one round trip on a second connection (dlock too
+//     commits it there). This is the one floor that costs three round
+//     trips, and the one that holds two connections.
+//   - version: the version column written by the conditional UPDATE is the
+//     token, returned by the same statement and committed with it.
+//   - advisory, getlock: the token is taken in the statement (or batch)
+//     that takes the lock, conditional on the grant, and committed with
+//     it; the idle timeout that ends a hung holder's session travels with
+//     them, and is reset by the statement that frees the lock.
+//
+// The pinned floors (forupdate, advisory, getlock, zookeeper) hold their
+// connection or session for as long as the lock is held, so a holder that
+// dies frees it, as dlock's do; the others expire on the server's clock.
 //
 // A floor's attempt never waits: a lock held by another holder is
 // refused at once (NOWAIT, try-lock, a conditional write), which costs
@@ -78,35 +117,51 @@ func (o *Options) ttl() time.Duration {
 // Lock is one floor on a connection of its own, used by one goroutine at
 // a time.
 type Lock struct {
-	try   func(ctx context.Context, name string) (release func(context.Context) error, ok bool, err error)
+	try   func(ctx context.Context, name string) (*Grant, bool, error)
 	close func() error
 }
 
+// Grant is a lock a floor took.
+type Grant struct {
+	token   uint64
+	release func(context.Context) error
+}
+
+// Token is the fencing token of the grant: it strictly increases across
+// the holders of a name; 0 on an unfenced floor.
+func (g *Grant) Token() uint64 { return g.token }
+
+// Release frees the lock; ErrNotHeld when it was no longer held.
+func (g *Grant) Release(ctx context.Context) error { return g.release(ctx) }
+
 // TryAcquire makes one attempt at name. ok is false, with a nil error,
-// when another holder has it. release frees it and returns ErrNotHeld
-// when it was no longer held.
-func (l *Lock) TryAcquire(ctx context.Context, name string) (release func(context.Context) error, ok bool, err error) {
+// when another holder has it.
+func (l *Lock) TryAcquire(ctx context.Context, name string) (g *Grant, ok bool, err error) {
 	return l.try(ctx, name)
 }
 
 // Cycle takes and frees name, the unit of an uncontended benchmark; a
 // lock that is taken is an error.
 func (l *Lock) Cycle(ctx context.Context, name string) error {
-	release, ok, err := l.try(ctx, name)
+	g, ok, err := l.try(ctx, name)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("floor: %q is held by another holder", name)
 	}
-	return release(ctx)
+	return g.release(ctx)
 }
 
 // Close closes the floor's connection, freeing what it holds.
 func (l *Lock) Close() error { return l.close() }
 
+// Unfenced is the strategy of the Redis and ZooKeeper floors without a
+// fencing token: what redsync, redislock and zk.Lock are built on.
+const Unfenced = "unfenced"
+
 // Open connects the floor of strategy (a dlock strategy name, "" for
-// Redis and ZooKeeper) on the server of rawURL.
+// Redis and ZooKeeper, or Unfenced) on the server of rawURL.
 func Open(ctx context.Context, rawURL, strategy string, opts *Options) (*Lock, error) {
 	backend, err := backendOf(rawURL)
 	if err != nil {
@@ -133,7 +188,7 @@ func Strategies(backend string) []string {
 }
 
 // About says in a few words what the floor of a backend's strategy
-// sends, for reports; "" when there is none.
+// sends and what it guarantees, for reports; "" when there is none.
 func About(backend, strategy string) string {
 	for _, f := range floors {
 		if f.backend == backend && f.strategy == strategy {
@@ -143,19 +198,28 @@ func About(backend, strategy string) string {
 	return ""
 }
 
-// floors is the table of floors.
+// Fenced reports whether the floor of a backend's strategy issues
+// fencing tokens (Grant.Token).
+func Fenced(backend, strategy string) bool {
+	return About(backend, strategy) != "" && strategy != Unfenced
+}
+
+// floors is the table of floors; about is what reports print (the
+// package doc says why each guarantee costs what it does).
 var floors = []struct {
 	backend, strategy, about string
 	open                     func(ctx context.Context, rawURL string, ttl time.Duration) (*Lock, error)
 }{
-	{"redis", "", "SET NX PX + EVALSHA compare-and-delete", openRedis},
-	{"zookeeper", "", "create ephemeral + delete", openZooKeeper},
-	{"postgres", "forupdate", "BEGIN; SELECT … FOR UPDATE (one round trip) / COMMIT", sqlFloor(forUpdate)},
-	{"postgres", "version", "conditional UPDATE of a lease row / UPDATE to free", sqlFloor(version)},
-	{"postgres", "advisory", "pg_try_advisory_lock / pg_advisory_unlock", sqlFloor(native)},
-	{"mysql", "forupdate", "BEGIN; SELECT … FOR UPDATE (one round trip) / COMMIT", sqlFloor(forUpdate)},
-	{"mysql", "version", "conditional UPDATE of a lease row / UPDATE to free", sqlFloor(version)},
-	{"mysql", "getlock", "GET_LOCK / RELEASE_LOCK", sqlFloor(native)},
+	{"redis", "", "EVALSHA (SET NX PX + INCR token) / EVALSHA compare-and-delete: token, TTL, owner-safe release; 2 round trips", openRedis},
+	{"redis", Unfenced, "SET NX PX / EVALSHA compare-and-delete: TTL, owner-safe release, no token; 2 round trips", openRedisUnfenced},
+	{"zookeeper", "", "multi (create ephemeral-sequential + setData parent: czxid token, alone = held) / delete: 2 round trips", openZooKeeper},
+	{"zookeeper", Unfenced, "create ephemeral / delete: session-bound, no token; 2 round trips", openZooKeeperUnfenced},
+	{"postgres", "forupdate", "BEGIN + idle timeout + SELECT … FOR UPDATE NOWAIT, then nextval token on a 2nd connection (durable) / COMMIT: 3 round trips", sqlFloor(forUpdate)},
+	{"postgres", "version", "UPDATE of a lease row (free or expired) RETURNING version+1 token / conditional UPDATE to free: 2 round trips", sqlFloor(version)},
+	{"postgres", "advisory", "pg_try_advisory_lock + idle timeout + nextval token / pg_advisory_unlock: 2 round trips", sqlFloor(native)},
+	{"mysql", "forupdate", "BEGIN + wait_timeout + SELECT … FOR UPDATE NOWAIT, then counter+1 token on a 2nd connection (durable) / COMMIT: 3 round trips", sqlFloor(forUpdate)},
+	{"mysql", "version", "UPDATE of a lease row (free or expired), version+1 token / conditional UPDATE to free: 2 round trips", sqlFloor(version)},
+	{"mysql", "getlock", "GET_LOCK + wait_timeout + counter+1 token / RELEASE_LOCK: 2 round trips", sqlFloor(native)},
 }
 
 // RTT is a backend's raw round trip on a connection of its own, used by

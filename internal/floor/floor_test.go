@@ -1,7 +1,6 @@
 package floor
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"os"
@@ -22,7 +21,9 @@ var cases = []struct {
 	expires, twice    bool
 }{
 	{"redis", "", testenv.Redis, true, true},
+	{"redis", Unfenced, testenv.Redis, true, true},
 	{"zookeeper", "", testenv.ZooKeeper, false, true},
+	{"zookeeper", Unfenced, testenv.ZooKeeper, false, true},
 	{"postgres", "forupdate", testenv.Postgres, false, false},
 	{"postgres", "version", testenv.Postgres, true, true},
 	{"postgres", "advisory", testenv.Postgres, false, true},
@@ -43,24 +44,47 @@ func open(t *testing.T, rawURL, strategy string, opts *Options) *Lock {
 
 // A floor grants one holder, refuses a second at once, and grants again
 // once freed; a holder that is gone frees it, by its lease's end or by
-// its connection's.
+// its connection's, and its release then frees nothing. A fenced floor's
+// tokens strictly increase across the holders; an unfenced floor's are 0.
 func TestFloors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.backend+"/"+c.strategy, func(t *testing.T) {
 			if About(c.backend, c.strategy) == "" {
 				t.Fatalf("About(%q, %q) is empty", c.backend, c.strategy)
 			}
+			fenced := Fenced(c.backend, c.strategy)
+			if fenced != (c.strategy != Unfenced) {
+				t.Errorf("Fenced(%q, %q) = %v", c.backend, c.strategy, fenced)
+			}
+			var tokens []uint64
+			token := func(g *Grant) {
+				t.Helper()
+				if !fenced {
+					if g.Token() != 0 {
+						t.Errorf("an unfenced floor's token = %d, want 0", g.Token())
+					}
+					return
+				}
+				if n := len(tokens); n > 0 && g.Token() <= tokens[n-1] {
+					t.Errorf("token %d after %v: tokens must strictly increase across holders", g.Token(), tokens)
+				}
+				tokens = append(tokens, g.Token())
+			}
 			srv := c.server(t)
 			ctx := testenv.Context(t, time.Minute)
 			ttl := 500 * time.Millisecond
+			if c.backend == "mysql" && c.strategy != "version" {
+				ttl = time.Second // wait_timeout counts whole seconds
+			}
 			a := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
 			b := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
 			name := "floor/test/" + rand.Text()
 
-			relA, ok, err := a.TryAcquire(ctx, name)
+			gA, ok, err := a.TryAcquire(ctx, name)
 			if err != nil || !ok {
 				t.Fatalf("first holder: ok=%v, %v", ok, err)
 			}
+			token(gA)
 			t0 := time.Now()
 			if _, ok, err := b.TryAcquire(ctx, name); err != nil || ok {
 				t.Fatalf("second holder while held: ok=%v, %v; want refused", ok, err)
@@ -68,24 +92,30 @@ func TestFloors(t *testing.T) {
 			if d := time.Since(t0); d > ttl/2 {
 				t.Errorf("a refusal took %v: it waited", d)
 			}
-			if err := relA(ctx); err != nil {
+			if err := gA.Release(ctx); err != nil {
 				t.Fatalf("release: %v", err)
 			}
 			if c.twice {
-				if err := relA(ctx); !errors.Is(err, ErrNotHeld) {
+				if err := gA.Release(ctx); !errors.Is(err, ErrNotHeld) {
 					t.Errorf("second release = %v; want ErrNotHeld", err)
 				}
 			}
-			if err := b.Cycle(ctx, name); err != nil {
-				t.Fatalf("after the release: %v", err)
+			gB, ok, err := b.TryAcquire(ctx, name)
+			if err != nil || !ok {
+				t.Fatalf("after the release: ok=%v, %v", ok, err)
+			}
+			token(gB)
+			if err := gB.Release(ctx); err != nil {
+				t.Fatal(err)
 			}
 
 			// A holder that never frees the lock.
 			gone := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
-			relGone, ok, err := gone.TryAcquire(ctx, name)
+			gGone, ok, err := gone.TryAcquire(ctx, name)
 			if err != nil || !ok {
 				t.Fatalf("holder: ok=%v, %v", ok, err)
 			}
+			token(gGone)
 			if _, ok, err := b.TryAcquire(ctx, name); err != nil || ok {
 				t.Fatalf("second holder while held: ok=%v, %v; want refused", ok, err)
 			}
@@ -97,9 +127,8 @@ func TestFloors(t *testing.T) {
 				}
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			var relB func(context.Context) error
 			for {
-				if relB, ok, err = b.TryAcquire(ctx, name); err != nil {
+				if gB, ok, err = b.TryAcquire(ctx, name); err != nil {
 					t.Fatal(err)
 				}
 				if ok {
@@ -110,19 +139,105 @@ func TestFloors(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if c.expires {
-				// The expired holder's release must not free its successor's lock.
-				if err := relGone(ctx); !errors.Is(err, ErrNotHeld) {
-					t.Errorf("release of an expired lease = %v; want ErrNotHeld", err)
-				}
-				if _, ok, err := a.TryAcquire(ctx, name); err != nil || ok {
-					t.Fatalf("after an expired holder's release: ok=%v, %v; want the successor's lock kept", ok, err)
-				}
+			token(gB)
+			// The gone holder's release must not free its successor's lock.
+			err = gGone.Release(ctx)
+			if c.expires && !errors.Is(err, ErrNotHeld) || err == nil {
+				t.Errorf("release of a lock that is gone = %v; want an error (ErrNotHeld where the connection is open)", err)
 			}
-			if err := relB(ctx); err != nil {
+			if _, ok, err := a.TryAcquire(ctx, name); err != nil || ok {
+				t.Fatalf("after a gone holder's release: ok=%v, %v; want the successor's lock kept", ok, err)
+			}
+			if err := gB.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			gA, ok, err = a.TryAcquire(ctx, name)
+			if err != nil || !ok {
+				t.Fatalf("last holder: ok=%v, %v", ok, err)
+			}
+			token(gA)
+			if err := gA.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A holder of a pinned SQL floor that hangs with its connection open
+// loses the lock at the end of its TTL: the floor set the server's idle
+// timeout with the lock, as dlock does, and put it back with the release.
+func TestPinnedFloorsEndIdleHolders(t *testing.T) {
+	for _, c := range cases {
+		if c.expires || c.backend == "redis" || c.backend == "zookeeper" {
+			continue
+		}
+		t.Run(c.backend+"/"+c.strategy, func(t *testing.T) {
+			srv := c.server(t)
+			ctx := testenv.Context(t, time.Minute)
+			ttl := time.Second
+			hung := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
+			b := open(t, srv.URL, c.strategy, &Options{TTL: ttl})
+			name := "floor/idle/" + rand.Text()
+			if _, ok, err := hung.TryAcquire(ctx, name); err != nil || !ok {
+				t.Fatalf("holder: ok=%v, %v", ok, err)
+			}
+			start := time.Now()
+			for {
+				g, ok, err := b.TryAcquire(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					if err := g.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				if time.Since(start) > ttl+5*time.Second {
+					t.Fatalf("a holder idle for %v still holds the lock (TTL %v)", time.Since(start), ttl)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			// Freeing the lock puts the timeout back: a floor's connection
+			// idle between locks stays open.
+			time.Sleep(ttl + time.Second)
+			if err := b.Cycle(ctx, name); err != nil {
+				t.Fatalf("after an idle time with no lock held: %v", err)
+			}
+		})
+	}
+}
+
+// The ZooKeeper floor's token is dlock's: the czxid of the node that
+// holds the lock.
+func TestZooKeeperTokenIsCzxid(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	l := open(t, srv.URL, "", nil)
+	name := "floor/czxid/" + rand.Text()
+	g, ok, err := l.TryAcquire(ctx, name)
+	if err != nil || !ok {
+		t.Fatalf("ok=%v, %v", ok, err)
+	}
+	c, err := DialZooKeeper(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parent := zkNode("fenced", name)
+	kids, _, err := c.Children(parent)
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("children of %s = %v, %v; want the holder's node alone", parent, kids, err)
+	}
+	_, st, err := c.Get(parent + "/" + kids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(st.Czxid) != g.Token() {
+		t.Errorf("token %d, the node's czxid %d", g.Token(), st.Czxid)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

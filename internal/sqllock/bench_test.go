@@ -20,12 +20,13 @@ var sqlServers = []struct {
 }
 
 // BenchmarkUncontended: Acquire+Release of a free lock per backend and
-// strategy ÷ the hand-written floor of that strategy on one connection
-// (internal/floor: BEGIN; SELECT … FOR UPDATE NOWAIT / COMMIT for
-// forupdate, a lease row's conditional UPDATEs for version,
-// pg_try_advisory_lock / pg_advisory_unlock and GET_LOCK(k, 0) /
-// RELEASE_LOCK for the native locks); medians of one run (target ratio
-// <= 1.3).
+// strategy ÷ the hand-written floor of that strategy, which gives its
+// guarantees, fencing token and idle timeout included (internal/floor:
+// BEGIN; SELECT … FOR UPDATE NOWAIT, a durable token on a second
+// connection / COMMIT for forupdate, a lease row's conditional UPDATEs
+// returning its version for version, pg_try_advisory_lock + nextval /
+// pg_advisory_unlock and GET_LOCK(k, 0) + a counter / RELEASE_LOCK for
+// the native locks); medians of one run (target ratio <= 1.3).
 func BenchmarkUncontended(b *testing.B) {
 	for _, s := range sqlServers {
 		b.Run(s.name, func(b *testing.B) {

@@ -133,9 +133,13 @@ func multiNode(id, dlockURL string, nodes []*testenv.Server, closeFn func()) *st
 	}
 	st.targets = append(st.targets, t)
 	if strings.HasPrefix(dlockURL, "redlock://") {
-		st.targets = append(st.targets, bench.Target{Name: "redsync (redlock)", Kind: bench.KindPeer, Impl: "redsync",
-			URL: dlockURL, Backend: "redis", Server: id, Floor: "floor redis", RTT: "rtt redis",
-			Note: bench.PeerNotes["redsync"] + "; one pool per master (redsync is Redlock)"})
+		// redsync is Redlock: one pool per master, compared with the
+		// unfenced floor it is built on, as shipped and tuned.
+		for _, impl := range []string{"redsync", "redsync tuned"} {
+			st.targets = append(st.targets, bench.Target{Name: impl + " (redlock)", Kind: bench.KindPeer, Impl: impl,
+				URL: dlockURL, Backend: "redis", Server: id, Floor: "floor redis unfenced", RTT: "rtt redis",
+				Note: bench.PeerNotes[impl] + "; one pool per master"})
+		}
 	}
 	return st
 }
@@ -218,7 +222,9 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 func fsyncOnly(st *started) {
 	var kept []bench.Target
 	for _, t := range st.targets {
-		if t.Kind == bench.KindPeer || strings.HasSuffix(t.Name, "/basic") {
+		// No peers here, so no floor of theirs either (the unfenced one).
+		if t.Kind == bench.KindPeer || strings.HasSuffix(t.Name, "/basic") ||
+			t.Kind == bench.KindFloor && strings.HasSuffix(t.Name, " unfenced") {
 			continue
 		}
 		t.Only = []string{bench.Uncontended, bench.Handoff}
