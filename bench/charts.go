@@ -1,290 +1,444 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
+	"html/template"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/opts"
+	"github.com/dlock-go/dlock/internal/stats"
 )
+
+// figure is one chart of the HTML report: small multiples, one panel per
+// server family, under one title, caption and colour key.
+type figure struct {
+	ID      string
+	Title   string
+	Caption string
+	Key     template.HTML
+	Panels  []template.HTML
+}
+
+// facet describes a figure: which rows it draws, how a row becomes a bar,
+// and how the bars of a panel are grouped and sorted.
+type facet struct {
+	id, title, caption string
+	// rows selects the figure's rows, skipped ones included (they are
+	// named under their panel with the reason).
+	rows func(*Row) bool
+	// group heads the run of bars a row belongs to ("" for none).
+	group func(*Row) string
+	// toBar draws a row, or says why it is left out.
+	toBar func(*Row) (chartBar, string)
+	// desc sorts higher values first (higher is better); by is the sort
+	// key (nil: the bar's value).
+	desc bool
+	by   func(chartBar) float64
+	// axis, format, max and rightHead are the panels' (see barPanel).
+	axis      string
+	format    func(float64) string
+	max       float64
+	rightHead string
+	// marks are the marks the key explains: "whisker", "mark", "tail".
+	marks []string
+}
+
+// familyOrder is the order of the panels: the in-process reference first,
+// then the servers as the tables list them.
+var familyOrder = []string{"memory", "redis", "zookeeper", "postgres", "mysql"}
+
+func familyRank(f string) int {
+	if i := slices.Index(familyOrder, f); i >= 0 {
+		return i
+	}
+	return len(familyOrder)
+}
+
+// draw builds the figure from the report's rows; ok is false when the
+// report has none of its rows. A panel whose rows were all left out still
+// appears, saying why.
+func (f facet) draw(rows []*Row, colours map[string]string, cover float64) (figure, bool) {
+	var fams []string
+	byFam := map[string][]*Row{}
+	for _, r := range rows {
+		if !f.rows(r) {
+			continue
+		}
+		if _, ok := byFam[r.Family]; !ok {
+			fams = append(fams, r.Family)
+		}
+		byFam[r.Family] = append(byFam[r.Family], r)
+	}
+	slices.SortStableFunc(fams, func(a, b string) int { return cmp.Compare(familyRank(a), familyRank(b)) })
+	fig := figure{ID: f.id, Title: f.title, Caption: f.caption}
+	var kinds []string
+	for _, fam := range fams {
+		p := barPanel{Title: fam, Axis: f.axis, Format: f.format, Max: f.max, Colours: colours}
+		drawn := 0
+		for _, r := range byFam[fam] {
+			if r.Skipped != "" {
+				p.Notes = append(p.Notes, fmt.Sprintf("%s skipped: %s", r.Backend, r.Skipped))
+				continue
+			}
+			b, why := f.toBar(r)
+			if why != "" {
+				p.Notes = append(p.Notes, fmt.Sprintf("%s left out: %s", r.Backend, why))
+				continue
+			}
+			b.Name, b.Kind = r.Backend, r.Kind
+			if b.Right != "" {
+				p.RightHead = f.rightHead
+			}
+			title := ""
+			if f.group != nil {
+				title = f.group(r)
+			}
+			i := slices.IndexFunc(p.Groups, func(g barGroup) bool { return g.Title == title })
+			if i < 0 {
+				p.Groups = append(p.Groups, barGroup{Title: title})
+				i = len(p.Groups) - 1
+			}
+			p.Groups[i].Bars = append(p.Groups[i].Bars, b)
+			if !slices.Contains(kinds, r.Kind) {
+				kinds = append(kinds, r.Kind)
+			}
+			drawn++
+		}
+		if drawn == 0 && len(p.Notes) == 0 {
+			continue
+		}
+		for _, g := range p.Groups {
+			f.sort(g.Bars)
+		}
+		fig.Panels = append(fig.Panels, template.HTML(p.svg(f.id)))
+	}
+	if len(fig.Panels) == 0 {
+		return figure{}, false
+	}
+	fig.Key = template.HTML(keyHTML(kinds, f.marks, cover))
+	return fig, true
+}
+
+// sort orders a group's bars by their figure, then by name.
+func (f facet) sort(bars []chartBar) {
+	key := f.by
+	if key == nil {
+		key = func(b chartBar) float64 { return b.Value }
+	}
+	slices.SortStableFunc(bars, func(a, b chartBar) int {
+		c := cmp.Compare(key(a), key(b))
+		if f.desc {
+			c = -c
+		}
+		return cmp.Or(c, strings.Compare(a.Name, b.Name))
+	})
+}
 
 // charts builds the figures of the HTML report, in page order; a figure
 // whose workloads did not run is left out.
-func (rep *Report) charts() []chart {
-	builders := []func() (chart, bool){
-		rep.uncontendedChart,
-		rep.uncontendedCurveChart,
-		func() (chart, bool) { return rep.grantsChart("0s") },
-		func() (chart, bool) { return rep.grantsChart("1ms") },
-		func() (chart, bool) { return rep.handoffCDFChart("handoff w=8 hold=1ms") },
-		func() (chart, bool) { return rep.handoffCDFChart("handoff w=32 hold=0s") },
-		rep.manyKeysChart,
-		rep.fairnessChart,
-		rep.openLoopChart,
+func (rep *Report) charts() []figure {
+	facets := []facet{uncontendedFacet()}
+	for _, hold := range rep.handoffHolds() {
+		facets = append(facets, handoffRateFacet(hold), handoffLatencyFacet(hold))
 	}
-	var out []chart
-	for _, build := range builders {
-		if c, ok := build(); ok {
-			out = append(out, c)
+	facets = append(facets, fairnessFacet(), manyKeysFacet(), openLoopFacet())
+	colours, cover := rep.seriesColours(), rep.coverage()
+	var out []figure
+	for _, f := range facets {
+		if fig, ok := f.draw(rep.Rows, colours, cover); ok {
+			out = append(out, fig)
 		}
 	}
 	return out
 }
 
-// uncontendedChart: acquire latency percentiles per backend, as bars.
-func (rep *Report) uncontendedChart() (chart, bool) {
-	rows := rep.rowsOf(Uncontended, false)
-	if len(rows) == 0 {
-		return chart{}, false
-	}
-	names := make([]string, len(rows))
-	var p50, p99, p999 []opts.BarData
-	for i, r := range rows {
-		names[i] = r.Backend
-		p50 = append(p50, opts.BarData{Value: us(r.P50)})
-		p99 = append(p99, opts.BarData{Value: us(r.P99)})
-		p999 = append(p999, opts.BarData{Value: us(r.P999)})
-	}
-	b := charts.NewBar()
-	b.SetGlobalOptions(append(baseOpts("uncontended_pct"),
-		charts.WithYAxisOpts(opts.YAxis{Type: "log", Name: "µs"}),
-		charts.WithXAxisOpts(opts.XAxis{AxisLabel: &opts.AxisLabel{Rotate: 30, Interval: "0"}}))...)
-	b.SetXAxis(names).AddSeries("p50", p50).AddSeries("p99", p99).AddSeries("p99.9", p999)
-	return snippet(b, "Uncontended acquire latency per backend",
-		"One client, acquire then release in a loop. Acquire latency percentiles (log scale), beside each server's raw round trip (rtt) and each strategy's hand-written floor."), true
-}
-
-// uncontendedCurveChart: the same runs as percentile curves.
-func (rep *Report) uncontendedCurveChart() (chart, bool) {
-	rows := rep.rowsOf(Uncontended, false)
-	if len(rows) == 0 {
-		return chart{}, false
-	}
-	l := charts.NewLine()
-	l.SetGlobalOptions(append(baseOpts("uncontended_curve"),
-		charts.WithYAxisOpts(opts.YAxis{Type: "log", Name: "µs"}))...)
-	var xs []string
-	for _, q := range quantiles {
-		xs = append(xs, pctLabel(q))
-	}
-	l.SetXAxis(xs)
-	for _, r := range rows {
-		var d []opts.LineData
-		for _, p := range r.Latency {
-			d = append(d, opts.LineData{Value: logv(p[1] / 1e3)})
-		}
-		l.AddSeries(r.Backend, d)
-	}
-	return snippet(l, "Uncontended acquire latency by percentile",
-		"The same runs as percentile curves (HdrHistogram, one per client goroutine, merged)."), true
-}
-
-// grantsChart: grants per second against the number of waiters on one
-// hot name, for the handoff workloads with this hold.
-func (rep *Report) grantsChart(hold string) (chart, bool) {
-	var labels []string
-	for _, lb := range rep.Labels() {
-		if strings.HasPrefix(lb, "handoff ") && strings.HasSuffix(lb, "hold="+hold) {
-			labels = append(labels, lb)
-		}
-	}
-	if len(labels) == 0 {
-		return chart{}, false
-	}
-	var xs []string
-	series := map[string][]opts.LineData{}
-	var order []string
-	ideal := []opts.LineData{}
-	for _, lb := range labels {
-		rows := rep.rowsOf(lb, true)
-		if len(rows) == 0 {
+// seriesColours gives every target one colour on the whole page: its
+// kind's family, the shades in the order the report lists the targets of
+// that kind on that server family.
+func (rep *Report) seriesColours() map[string]string {
+	out := map[string]string{}
+	used := map[[2]string]int{}
+	for _, r := range rep.Rows {
+		if _, ok := out[r.Backend]; ok {
 			continue
 		}
-		xs = append(xs, fmt.Sprint(rows[0].Params["clients"]))
-		var best float64
-		for _, r := range rows {
-			if !slices.Contains(order, r.Backend) {
-				order = append(order, r.Backend)
+		k := [2]string{r.Family, r.Kind}
+		out[r.Backend] = shade(r.Kind, used[k])
+		used[k]++
+	}
+	return out
+}
+
+// coverage is the confidence the report's intervals reach: the lowest
+// over the figures measured in rounds (with few rounds it is below
+// Confidence, and the page says so), Confidence when none was.
+func (rep *Report) coverage() float64 {
+	cover := 1.0
+	for _, r := range rep.Rows {
+		for _, iv := range []*stats.Interval{r.Use, r.Rate} {
+			if iv != nil && iv.Rounds > 1 {
+				cover = min(cover, iv.Confidence)
 			}
-			series[r.Backend] = append(series[r.Backend], opts.LineData{Value: logv(r.GrantsPerSec), Name: lb})
-			best = max(best, Med(r.Ideal))
-		}
-		ideal = append(ideal, opts.LineData{Value: logv(best)})
-	}
-	l := charts.NewLine()
-	l.SetGlobalOptions(append(baseOpts("grants_waiters_"+strings.ReplaceAll(hold, ".", "_")),
-		charts.WithYAxisOpts(opts.YAxis{Type: "log", Name: "grants/s"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "waiters"}))...)
-	l.SetXAxis(xs)
-	for _, n := range order {
-		if len(series[n]) == len(xs) {
-			l.AddSeries(n, series[n])
 		}
 	}
-	if slices.ContainsFunc(ideal, func(d opts.LineData) bool { return d.Value != "-" }) {
-		l.AddSeries("ideal, fastest server", ideal)
+	if cover == 1 {
+		return Confidence
 	}
-	return snippet(l, "Grants per second vs waiters, hold "+hold,
-		"One hot name; each waiter holds the lock for "+hold+", releases, works 2 ms, asks again. The ideal rate is 1/(hold + one round trip) of the fastest server, bounded by what the waiters ask for (waiters/(hold + work + round trip))."), true
+	return cover
 }
 
-// handoffCDFChart: the distribution of handoff latency on one workload.
-func (rep *Report) handoffCDFChart(lb string) (chart, bool) {
-	rows := rep.rowsOf(lb, true)
-	if len(rows) == 0 {
-		return chart{}, false
-	}
-	l := charts.NewLine()
-	l.SetGlobalOptions(append(baseOpts("cdf_"+strings.NewReplacer(" ", "_", "=", "", ".", "_").Replace(lb)),
-		charts.WithXAxisOpts(opts.XAxis{Type: "log", Name: "handoff µs"}),
-		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "fraction", Max: 1}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "item"}))...)
-	for _, r := range rows {
-		var d []opts.LineData
-		for _, p := range r.HandoffCDF {
-			d = append(d, opts.LineData{Value: []float64{max(p[1]/1e3, 0.1), p[0]}})
-		}
-		if len(d) > 0 {
-			l.AddSeries(r.Backend, d, charts.WithLineChartOpts(opts.LineChart{ShowSymbol: opts.Bool(false)}))
+// handoffHolds lists the hold times of the handoff workloads, in run order.
+func (rep *Report) handoffHolds() []string {
+	var out []string
+	for _, r := range rep.Rows {
+		if h := fmt.Sprint(r.Params["hold"]); r.Workload == Handoff && !slices.Contains(out, h) {
+			out = append(out, h)
 		}
 	}
-	return snippet(l, "Handoff latency CDF, "+lb,
-		"From the holder's release call to the next holder's acquire returning (one monotonic clock), for every grant whose acquirer was already waiting. Further left is faster; a long tail to the right is waiters sleeping through a release."), true
+	return out
 }
 
-// manyKeysChart: throughput on many names, one bar series per workload.
-func (rep *Report) manyKeysChart() (chart, bool) {
-	var mk []string
-	for _, lb := range rep.Labels() {
-		if strings.HasPrefix(lb, "manykeys") {
-			mk = append(mk, lb)
-		}
+// contends selects the rows that take part in contended workloads.
+func contends(r *Row) bool { return r.Kind == KindDlock || r.Kind == KindPeer }
+
+// intervalBar is a bar for a figure measured per round: its median and
+// interval, printed with show, marked when wide.
+func intervalBar(iv *stats.Interval, show func(float64) string) (chartBar, string) {
+	if iv == nil {
+		return chartBar{}, "not measured in rounds (no interval)"
 	}
-	if len(mk) == 0 {
-		return chart{}, false
+	b := chartBar{Value: iv.Median, Lo: iv.Lo, Hi: iv.Hi, Label: show(iv.Median)}
+	if iv.Rounds > 1 && iv.Wide(WideInterval) {
+		b.Wide = true
+		b.Label += fmt.Sprintf(" ±%.0f%%", math.Ceil(iv.HalfWidth()*100))
 	}
-	b := charts.NewBar()
-	b.SetGlobalOptions(append(baseOpts("manykeys"),
-		charts.WithYAxisOpts(opts.YAxis{Type: "log", Name: "grants/s"}),
-		charts.WithXAxisOpts(opts.XAxis{AxisLabel: &opts.AxisLabel{Rotate: 30, Interval: "0"}}))...)
-	names := rep.backendsOf(mk[0])
-	b.SetXAxis(names)
-	for _, lb := range mk {
-		b.AddSeries(lb, rep.barValues(lb, names, func(r *Row) any { return logv(r.GrantsPerSec) }))
-	}
-	return snippet(b, "Many keys: grants per second",
-		"4× and 16× GOMAXPROCS clients, 10 000 names chosen uniformly, closed loop: throughput with little contention."), true
+	return b, ""
 }
 
-// fairnessChart: Jain's index of the fairness workload.
-func (rep *Report) fairnessChart() (chart, bool) {
-	if len(rep.rowsOf("fairness c=16", true)) == 0 {
-		return chart{}, false
+// ratioLabel prints a ratio with its interval: "×1.85 (1.71–2.03)".
+func ratioLabel(iv *stats.Interval) (string, bool) {
+	if iv == nil || iv.Median <= 0 {
+		return "", false
 	}
-	names := rep.backendsOf("fairness c=16")
-	b := charts.NewBar()
-	b.SetGlobalOptions(append(baseOpts("fairness"),
-		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "Jain's index", Max: 1}),
-		charts.WithXAxisOpts(opts.XAxis{AxisLabel: &opts.AxisLabel{Rotate: 30, Interval: "0"}}))...)
-	b.SetXAxis(names).AddSeries("Jain's index", rep.barValues("fairness c=16", names, func(r *Row) any { return r.Jain }))
-	return snippet(b, "Fairness: Jain's index over grants per client",
-		"16 clients on one name, each re-asking at once after its release: 1.0 means every client got the same share; a lock that lets the releaser barge in scores lower. The table gives the maximum wait."), true
+	s := "×" + ratioNum(iv.Median)
+	if iv.Hi > iv.Lo {
+		s += " (" + ratioNum(iv.Lo) + "–" + ratioNum(iv.Hi) + ")"
+	}
+	return s, iv.Rounds > 1 && iv.Wide(WideInterval)
 }
 
-// openLoopChart: p99 latency against the offered load.
-func (rep *Report) openLoopChart() (chart, bool) {
-	var ol []string
-	for _, lb := range rep.Labels() {
-		if strings.HasPrefix(lb, "openloop") {
-			ol = append(ol, lb)
-		}
+// ratioNum prints a ratio with two decimals, or two significant digits
+// when it is small (a peer that sleeps between tries: ×0.0011).
+func ratioNum(v float64) string {
+	if v < 0.1 {
+		return fmt.Sprintf("%.2g", v)
 	}
-	if len(ol) == 0 {
-		return chart{}, false
+	return fmt.Sprintf("%.2f", v)
+}
+
+// tickNum prints v with at most three significant digits and no trailing
+// zeros: 1.5, 100, 0.25.
+func tickNum(v float64) string {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return "0"
 	}
-	names := rep.backendsOf(ol[0])
-	l := charts.NewLine()
-	l.SetGlobalOptions(append(baseOpts("openloop"),
-		charts.WithYAxisOpts(opts.YAxis{Type: "log", Name: "p99 µs"}),
-		charts.WithXAxisOpts(opts.XAxis{Name: "offered load"}))...)
-	var xs []string
-	for _, lb := range ol {
-		xs = append(xs, strings.TrimPrefix(lb, "openloop "))
+	e := int(math.Floor(math.Log10(v)))
+	p := math.Pow(10, float64(e-2))
+	r := math.Round(v/p) * p
+	out := strconv.FormatFloat(r, 'f', max(0, 2-e), 64)
+	if strings.Contains(out, ".") {
+		out = strings.TrimRight(strings.TrimRight(out, "0"), ".")
 	}
-	l.SetXAxis(xs)
-	for _, n := range names {
-		var d []opts.LineData
-		for _, lb := range ol {
-			var v any = "-"
-			for _, r := range rep.rowsOf(lb, true) {
-				if r.Backend == n {
-					v = us(r.P99)
+	return out
+}
+
+// durTick prints an axis tick in nanoseconds: 0, 500ns, 1µs, 2.5ms.
+func durTick(v float64) string {
+	switch {
+	case v <= 0:
+		return "0"
+	case v < 1e3:
+		return tickNum(v) + "ns"
+	case v < 1e6:
+		return tickNum(v/1e3) + "µs"
+	case v < 1e9:
+		return tickNum(v/1e6) + "ms"
+	}
+	return tickNum(v/1e9) + "s"
+}
+
+// rateTick prints an axis tick in grants/s: 0, 500, 5k, 1.5M.
+func rateTick(v float64) string {
+	switch {
+	case v <= 0:
+		return "0"
+	case v < 1e3:
+		return tickNum(v)
+	case v < 1e6:
+		return tickNum(v/1e3) + "k"
+	}
+	return tickNum(v/1e6) + "M"
+}
+
+// perSec prints a rate label: exact below 100 000 grants/s, then short.
+func perSec(v float64) string {
+	if v >= 1e5 {
+		return rateTick(v) + "/s"
+	}
+	return rate(v) + "/s"
+}
+
+func durLabel(v float64) string { return dur(int64(v)) }
+
+func uncontendedFacet() facet {
+	return facet{
+		id:    "uncontended",
+		title: "Uncontended: the cost of one lock use",
+		caption: "One client, acquire then release in a loop on one name. Each bar is the lock use (acquire p50 + release p50), " +
+			"median over the rounds with its interval; beside each server's raw round trip (rtt) and each strategy's " +
+			"hand-written floor, which gives the same guarantees. The right-hand column is the lock use over the floor's, paired per round.",
+		rows:      func(r *Row) bool { return r.Workload == Uncontended },
+		toBar:     func(r *Row) (chartBar, string) { return useBar(r) },
+		axis:      "lock use (acquire + release p50), lower is better",
+		format:    durTick,
+		rightHead: "×floor (interval)",
+		marks:     []string{"whisker"},
+	}
+}
+
+func useBar(r *Row) (chartBar, string) {
+	b, why := intervalBar(r.Use, durLabel)
+	if why != "" {
+		return b, why
+	}
+	if r.Kind == KindDlock || r.Kind == KindPeer {
+		b.Right, b.RightWide = ratioLabel(r.ToFloor)
+	}
+	return b, ""
+}
+
+func waitersGroup(r *Row) string { return fmt.Sprintf("%v waiters", r.Params["clients"]) }
+
+func handoffRateFacet(hold string) facet {
+	return facet{
+		id:    "handoff-rate-hold-" + hold,
+		title: "Handoff: grants per second on one hot name, hold " + hold,
+		caption: "Waiters on one name; each holds the lock for " + hold + ", releases, works 2 ms and asks again. " +
+			"Bars: grants/s, median over the rounds with its interval. The black tick is the ideal: the rate a perfect lock " +
+			"would reach on that server, from the measured hold and the floor's measured release and acquire. Higher is better.",
+		rows: func(r *Row) bool {
+			return r.Workload == Handoff && contends(r) && fmt.Sprint(r.Params["hold"]) == hold
+		},
+		group: waitersGroup,
+		toBar: func(r *Row) (chartBar, string) {
+			b, why := intervalBar(r.Rate, perSec)
+			b.Mark = Med(r.Ideal)
+			b.Right, b.RightWide = ratioLabel(r.ToIdeal)
+			return b, why
+		},
+		desc:      true,
+		axis:      "grants/s, higher is better",
+		format:    rateTick,
+		rightHead: "×ideal",
+		marks:     []string{"whisker", "mark"},
+	}
+}
+
+// tailBar is a latency bar: p50 with a line to p99.
+func tailBar(p50, p99 int64, none string) (chartBar, string) {
+	if p50 <= 0 {
+		return chartBar{}, none
+	}
+	return chartBar{Value: float64(p50), Tail: float64(p99), Label: dur(p50) + " · " + dur(p99)}, ""
+}
+
+func handoffLatencyFacet(hold string) facet {
+	return facet{
+		id:    "handoff-latency-hold-" + hold,
+		title: "Handoff latency, hold " + hold,
+		caption: "From the holder's release call to the next holder's acquire returning (one monotonic clock), for every grant " +
+			"whose acquirer was already waiting: p50 as the bar, the line runs on to p99. A long line is waiters sleeping through a release.",
+		rows: func(r *Row) bool {
+			return r.Workload == Handoff && contends(r) && fmt.Sprint(r.Params["hold"]) == hold
+		},
+		group:  waitersGroup,
+		toBar:  func(r *Row) (chartBar, string) { return tailBar(r.HandoffP50, r.HandoffP99, "no handoff measured") },
+		axis:   "release to next grant, p50 and p99, lower is better",
+		format: durTick,
+		marks:  []string{"tail"},
+	}
+}
+
+func fairnessFacet() facet {
+	return facet{
+		id:    "fairness",
+		title: "Fairness: Jain's index over the grants per client",
+		caption: "16 clients on one name, each asking again at once after its release: 1.0 means every client got the same share; " +
+			"a lock that lets the releaser barge in scores lower. The right-hand column is the longest any client waited.",
+		rows: func(r *Row) bool { return r.Workload == Fairness && contends(r) },
+		toBar: func(r *Row) (chartBar, string) {
+			if r.Grants == 0 {
+				return chartBar{}, "no grants"
+			}
+			return chartBar{Value: r.Jain, Label: fmt.Sprintf("%.3f", r.Jain), Right: "max wait " + dur(r.MaxWait)}, ""
+		},
+		desc:      true,
+		axis:      "Jain's index (1 = equal shares), higher is better",
+		format:    func(v float64) string { return fmt.Sprintf("%.2g", v) },
+		max:       1,
+		rightHead: "longest wait",
+	}
+}
+
+func manyKeysFacet() facet {
+	return facet{
+		id:    "manykeys",
+		title: "Many keys: throughput with little contention",
+		caption: "4× and 16× GOMAXPROCS clients, 10 000 names chosen uniformly, closed loop. Grants/s, median over the rounds with " +
+			"its interval; the right-hand column is the rate over the best peer library's on the same server.",
+		rows:  func(r *Row) bool { return r.Workload == ManyKeys && contends(r) },
+		group: func(r *Row) string { return fmt.Sprintf("%v clients", r.Params["clients"]) },
+		toBar: func(r *Row) (chartBar, string) {
+			b, why := intervalBar(r.Rate, perSec)
+			if r.Kind == KindDlock {
+				b.Right, b.RightWide = ratioLabel(r.ToPeer)
+				if b.Right != "" {
+					b.Right += " " + r.Peer
 				}
 			}
-			d = append(d, opts.LineData{Value: v})
-		}
-		l.AddSeries(n, d)
-	}
-	return snippet(l, "Open loop: p99 latency vs offered load",
-		"Poisson arrivals at 25/50/75% of each target's own many-keys capacity; latency counted from the intended start time whenever the client was still busy then, so a stalled server is not hidden (no coordinated omission); from the actual start when the client was idle, so that the timer's lateness is not counted."), true
-}
-
-func us(ns int64) any { return logv(float64(ns) / 1e3) }
-
-// logv is a value for a log-scale axis: ECharts draws "-" as a gap, while
-// a zero would break the axis.
-func logv(v float64) any {
-	if v <= 0 {
-		return "-"
-	}
-	return v
-}
-
-func baseOpts(id string) []charts.GlobalOpts {
-	return []charts.GlobalOpts{
-		charts.WithInitializationOpts(opts.Initialization{ChartID: id, Width: "1050px", Height: "460px", Renderer: "canvas"}),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Type: "scroll", Top: "0"}),
-		charts.WithAnimation(false),
+			return b, why
+		},
+		desc:      true,
+		axis:      "grants/s, higher is better",
+		format:    rateTick,
+		rightHead: "×best peer",
+		marks:     []string{"whisker"},
 	}
 }
 
-// rowsOf returns the measured rows of a workload configuration.
-func (rep *Report) rowsOf(label string, contendingOnly bool) []*Row {
-	var out []*Row
-	for _, r := range rep.Rows {
-		if r.Label == label && r.Skipped == "" && r.Grants > 0 && (!contendingOnly || r.Kind == KindDlock || r.Kind == KindPeer) {
-			out = append(out, r)
-		}
+func openLoopFacet() facet {
+	return facet{
+		id:    "openloop",
+		title: "Open loop: latency under a steady offered load",
+		caption: "Poisson arrivals at a fraction of each target's own many-keys capacity; latency counted from the intended start " +
+			"whenever the client was still busy then, so a stalled server is not hidden (no coordinated omission). " +
+			"Bar p50, line to p99; sorted by p99. The right-hand column is what was served of what was offered.",
+		rows: func(r *Row) bool { return r.Workload == OpenLoop && contends(r) },
+		group: func(r *Row) string {
+			return fmt.Sprintf("offered %.0f %% of capacity", 100*toFloat(r.Params["load"]))
+		},
+		toBar: func(r *Row) (chartBar, string) {
+			b, why := tailBar(r.P50, r.P99, "no grants")
+			b.Right = perSec(r.GrantsPerSec) + " of " + perSec(toFloat(r.Params["rate_per_sec"]))
+			return b, why
+		},
+		by:        func(b chartBar) float64 { return max(b.Tail, b.Value) },
+		axis:      "acquire latency from the intended start, p50 and p99, lower is better",
+		format:    durTick,
+		rightHead: "served of offered",
+		marks:     []string{"tail"},
 	}
-	return out
-}
-
-func pctLabel(q float64) string {
-	if q == 1 {
-		return "max"
-	}
-	return "p" + strings.TrimSuffix(strings.TrimSuffix(fmt.Sprintf("%.2f", q*100), "0"), ".0")
-}
-
-func (rep *Report) backendsOf(label string) []string {
-	var out []string
-	for _, r := range rep.rowsOf(label, false) {
-		out = append(out, r.Backend)
-	}
-	return out
-}
-
-func (rep *Report) barValues(label string, names []string, f func(*Row) any) []opts.BarData {
-	vals := make([]opts.BarData, len(names))
-	for i, n := range names {
-		vals[i] = opts.BarData{Value: "-"}
-		for _, r := range rep.rowsOf(label, false) {
-			if r.Backend == n {
-				vals[i] = opts.BarData{Value: f(r)}
-			}
-		}
-	}
-	return vals
 }

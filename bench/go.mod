@@ -3,14 +3,13 @@ module github.com/dlock-go/dlock/bench
 go 1.26.0
 
 // The benchmark is its own module so that the library's go.mod never
-// requires the peer libraries, HdrHistogram or go-echarts.
+// requires the peer libraries or HdrHistogram.
 replace github.com/dlock-go/dlock => ../
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/bsm/redislock v0.9.4 // peer
 	github.com/dlock-go/dlock v0.0.0
-	github.com/go-echarts/go-echarts/v2 v2.6.7
 	// peer. Pinned: v4.16+ require rueidiscompat versions (v1.0.71+) that the module proxy
 	// refuses (403), so `go mod tidy` fails with them; v4.15.0 tidies cleanly.
 	github.com/go-redsync/redsync/v4 v4.15.0
