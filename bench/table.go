@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/stats"
 )
 
 // dur formats nanoseconds compactly: 850ns, 41.2µs, 3.1ms, 1.20s.
@@ -35,25 +37,103 @@ func rate(v float64) string {
 	if v <= 0 {
 		return "-"
 	}
-	if v >= 1000 {
+	if v >= 100 {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.1f", v)
 }
 
-func perGrant(v float64, unit string) string {
-	if v < 0 {
+// durOf is dur for a figure kept as a float, as intervals keep theirs.
+func durOf(ns float64) string { return dur(int64(ns)) }
+
+// optional formats a figure that may not apply: "-" for nil.
+func optional[T any](p *T, format func(T) string) string {
+	if p == nil {
 		return "-"
 	}
-	if unit == "ns" {
-		return dur(int64(v))
-	}
-	return fmt.Sprintf("%.2f", v)
+	return format(*p)
 }
 
-// WriteTable prints one table per workload configuration: targets as
-// rows, with the ratio columns.
+func twoDecimals(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+// legend collects what the tables printed, to explain the marks once
+// under them.
+type legend struct {
+	intervals, wide, single bool
+	// The fewest and most rounds behind an interval, and the lowest
+	// coverage of one.
+	minRounds, maxRounds int
+	confidence           float64
+}
+
+// interval formats a figure with its interval: "182.3µs ±4%", "×1.83
+// ±3%"; "?" follows an interval wider than ±WideInterval, a figure of
+// one round has no ±, and "-" stands for a figure that does not apply.
+// The ± is the interval's larger distance from the median.
+func (l *legend) interval(iv *stats.Interval, format func(float64) string) string {
+	if iv == nil {
+		return "-"
+	}
+	s := format(iv.Median)
+	if iv.Rounds <= 1 {
+		l.single = true
+		return s
+	}
+	if l.confidence == 0 || iv.Confidence < l.confidence {
+		l.confidence = iv.Confidence
+	}
+	if !l.intervals || iv.Rounds < l.minRounds {
+		l.minRounds = iv.Rounds
+	}
+	l.intervals, l.maxRounds = true, max(l.maxRounds, iv.Rounds)
+	switch hw := iv.HalfWidth() * 100; {
+	case hw >= 999:
+		s += " ±>999%"
+	case hw < 1:
+		s += fmt.Sprintf(" ±%.1f%%", hw)
+	default:
+		s += fmt.Sprintf(" ±%.0f%%", hw)
+	}
+	if unsettled(iv) {
+		l.wide = true
+		s += "?"
+	}
+	return s
+}
+
+// write explains the marks the tables used.
+func (l *legend) write(w io.Writer) {
+	if !l.intervals && !l.single {
+		return
+	}
+	fmt.Fprintln(w)
+	if l.intervals {
+		rounds := fmt.Sprintf("%d rounds", l.minRounds)
+		if l.maxRounds > l.minRounds {
+			rounds = fmt.Sprintf("a table's rounds (%d to %d)", l.minRounds, l.maxRounds)
+		}
+		fmt.Fprintf(w, "±: the %.0f %% confidence interval of the median of %s, from order statistics\n"+
+			"   as in benchstat, as its larger distance from the median", Confidence*100, rounds)
+		if l.confidence < Confidence {
+			fmt.Fprintf(w, ";\n   with few rounds it is [min, max] of the rounds, which covers %.0f %%", l.confidence*100)
+		}
+		fmt.Fprintln(w, ".")
+	}
+	if l.wide {
+		fmt.Fprintf(w, "?: the interval is wider than ±%.0f %%: the figure is not settled; do not rank by it.\n", WideInterval*100)
+	}
+	if l.single {
+		fmt.Fprintln(w, "A figure without ± comes from one round: it has no interval.")
+	}
+	fmt.Fprintln(w, "-: does not apply, or nothing to compare with.")
+}
+
+// WriteTable prints one table per workload configuration, targets as
+// rows, the headline figures with their intervals, then what the marks
+// mean.
 func (rep *Report) WriteTable(w io.Writer) {
+	var l legend
+	ratioIv := func(iv *stats.Interval) string { return l.interval(iv, ratio) }
 	for _, label := range rep.Labels() {
 		var rows []*Row
 		for _, r := range rep.Rows {
@@ -65,39 +145,37 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "\n== %s  (%s)\n", label, paramLine(rows[0].Params))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		var head []string
-		var cells func(r *Row) []string
-		viol := func(r *Row) string {
-			if r.Kind == KindFloor || r.Kind == KindRTT {
-				return "-"
-			}
-			return fmt.Sprintf("%d/%d", r.Violations, r.FencingViolations)
-		}
+		var cells func(r *Row, f applicable) []string
 		switch kind {
 		case Uncontended:
-			head = []string{"acq p50", "acq p99", "acq p99.9", "rel p50", "use p50", "×floor", "×rtt", "×peer", "grants/s", "cmds/grant", "cpu/grant", "viol"}
-			cells = func(r *Row) []string {
-				return []string{dur(r.P50), dur(r.P99), dur(r.P999), dur(r.ReleaseP50), dur(r.useNs()),
-					ratio(Med(r.ToFloor)), ratio(Med(r.ToRTT)), peerCell(r), rate(r.GrantsPerSec),
-					perGrant(r.ServerCmdsPerGrant, ""), perGrant(r.ServerCPUPerGrantNs, "ns"), viol(r)}
+			head = []string{"acq p50", "acq p99", "rel p50", "use p50", "×floor", "×rtt", "×peer", "cmds/grant", "cpu/grant", "viol"}
+			cells = func(r *Row, f applicable) []string {
+				return []string{optional(f.P50, dur), optional(f.P99, dur), optional(f.ReleaseP50, dur),
+					l.interval(f.Use, durOf), ratioIv(r.ToFloor), ratioIv(r.ToRTT), ratioIv(r.ToPeer),
+					optional(f.ServerCmdsPerGrant, twoDecimals), optional(f.ServerCPUPerGrantNs, durOf), viol(f)}
 			}
 		case ManyKeys:
 			head = []string{"grants/s", "rate×peer", "acq p50", "acq p99", "acq p99.9", "rel p50", "failed/grant", "cmds/grant", "cpu/grant", "viol"}
-			cells = func(r *Row) []string {
-				return []string{rate(r.GrantsPerSec), peerCell(r), dur(r.P50), dur(r.P99), dur(r.P999), dur(r.ReleaseP50),
-					perGrant(r.FailedPerGrant, ""), perGrant(r.ServerCmdsPerGrant, ""), perGrant(r.ServerCPUPerGrantNs, "ns"), viol(r)}
+			cells = func(r *Row, f applicable) []string {
+				return []string{l.interval(f.Rate, rate), ratioIv(r.ToPeer), optional(f.P50, dur), optional(f.P99, dur),
+					optional(f.P999, dur), optional(f.ReleaseP50, dur), optional(f.FailedPerGrant, twoDecimals),
+					optional(f.ServerCmdsPerGrant, twoDecimals), optional(f.ServerCPUPerGrantNs, durOf), viol(f)}
 			}
 		case Handoff, Fairness:
-			head = []string{"grants/s", "ideal/s", "×ideal", "rate×peer", "handoff p50", "handoff p99", "acq p99", "max wait", "jain", "failed/grant", "cmds/grant", "viol"}
-			cells = func(r *Row) []string {
-				return []string{rate(r.GrantsPerSec), rate(Med(r.Ideal)), ratio(Med(r.ToIdeal)), peerCell(r),
-					dur(r.HandoffP50), dur(r.HandoffP99), dur(r.P99), dur(r.MaxWait), fmt.Sprintf("%.3f", r.Jain),
-					perGrant(r.FailedPerGrant, ""), perGrant(r.ServerCmdsPerGrant, ""), viol(r)}
+			// The ideal's own interval is left out: ×ideal, paired per
+			// round, carries it.
+			head = []string{"grants/s", "ideal/s", "×ideal", "rate×peer", "hold", "handoff p50", "handoff p99", "max wait", "jain", "failed/grant", "viol"}
+			cells = func(r *Row, f applicable) []string {
+				return []string{l.interval(f.Rate, rate), rate(Med(r.Ideal)), ratioIv(r.ToIdeal), ratioIv(r.ToPeer),
+					optional(f.HoldNs, dur), optional(f.HandoffP50, dur), optional(f.HandoffP99, dur), optional(f.MaxWait, dur),
+					optional(f.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
+					optional(f.FailedPerGrant, twoDecimals), viol(f)}
 			}
 		case OpenLoop:
 			head = []string{"offered/s", "grants/s", "lat p50", "lat p99", "lat p99.9", "max", "rel p50", "viol"}
-			cells = func(r *Row) []string {
-				return []string{rate(toFloat(r.Params["rate_per_sec"])), rate(r.GrantsPerSec), dur(r.P50), dur(r.P99), dur(r.P999),
-					dur(r.MaxWait), dur(r.ReleaseP50), viol(r)}
+			cells = func(r *Row, f applicable) []string {
+				return []string{rate(toFloat(r.Params["rate_per_sec"])), l.interval(f.Rate, rate), optional(f.P50, dur),
+					optional(f.P99, dur), optional(f.P999, dur), optional(f.MaxWait, dur), optional(f.ReleaseP50, dur), viol(f)}
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t\n", "target", strings.Join(head, "\t"))
@@ -113,24 +191,27 @@ func (rep *Report) WriteTable(w io.Writer) {
 			if r.Errors > 0 {
 				name += fmt.Sprintf(" (%d errors)", r.Errors)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t\n", name, strings.Join(cells(r), "\t"))
+			fmt.Fprintf(tw, "%s\t%s\t\n", name, strings.Join(cells(r, applicableOf(r)), "\t"))
 		}
 		tw.Flush()
 		for _, r := range skipped {
 			fmt.Fprintf(w, "  %s skipped: %s\n", r.Backend, r.Skipped)
 		}
 	}
+	l.write(w)
 }
 
-func peerCell(r *Row) string {
-	if r.Peer == "" || r.Kind == KindPeer && r.ToPeer == nil {
+// viol is "exclusion/fencing" violations; "-" where the checker does not
+// see the row's critical sections, or does not check its tokens.
+func viol(f applicable) string {
+	if f.Violations == nil {
 		return "-"
 	}
-	return ratio(Med(r.ToPeer))
+	return fmt.Sprintf("%d/%s", *f.Violations, optional(f.FencingViolations, func(v uint64) string { return fmt.Sprint(v) }))
 }
 
 func paramLine(p map[string]any) string {
-	keys := []string{"clients", "names", "hold", "work", "duration", "load"}
+	keys := []string{"clients", "names", "hold", "work", "duration", "load", "rounds"}
 	var parts []string
 	for _, k := range keys {
 		if v, ok := p[k]; ok {
