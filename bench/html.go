@@ -38,10 +38,11 @@ svg .tail { stroke-width: 2; } svg .mark { stroke-width: 2.5; }
 `
 
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
-	"dur":  func(v float64) string { return dur(int64(v)) },
-	"rate": rate,
-	"join": func(s []string) string { return strings.Join(s, ", ") },
-	"dash": func(s string) string { return cmp.Or(s, "—") },
+	"dur":          func(v float64) string { return dur(int64(v)) },
+	"rate":         rate,
+	"join":         func(s []string) string { return strings.Join(s, ", ") },
+	"dash":         func(s string) string { return cmp.Or(s, "—") },
+	"safetyLegend": func() string { return SafetyLegend },
 	"answerClass": func(a string) string {
 		switch {
 		case strings.HasPrefix(a, "confirmed"):
@@ -82,6 +83,7 @@ Mutual-exclusion violations in the whole run: <b{{if .Violations}} class="warn"{
 <tr><th>backend/strategy</th><th>fencing token</th><th>survives server restart</th><th>fair</th><th>waiters</th><th>freed after a client crash</th><th>lost-lease signal</th><th>violations under faults</th><th>uncontended use p50</th><th>handoff grants/s</th></tr>
 {{range .}}<tr><td><b>{{.Target}}</b></td><td>{{dash .Fencing}}</td><td>{{dash .SurvivesRestart}}</td><td>{{dash .Fair}}</td><td>{{dash .Waiters}}</td><td>{{dash .FreedAfterCrash}}</td><td>{{dash .LostLease}}</td><td class="num">{{with .FaultViolations}}{{.}}{{else}}not run{{end}}</td><td class="num">{{dur .UseNs}}</td><td class="num">{{rate .HandoffPerSec}}</td></tr>
 {{end}}</table></div>
+<p class="caption">{{safetyLegend}}</p>
 {{else}}<p>No safety table: the report holds no dlock backend.</p>{{end}}
 </section>
 
