@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +45,35 @@ func (unsafeHeld) Release(ctx context.Context) error { return nil }
 // binary, re-executed) need them too.
 func registerTestOpeners() {
 	openers["test-unsafe"] = func(ctx context.Context, t Target) (Client, error) { return unsafeLock{}, nil }
-	openers["test-stuck"] = func(ctx context.Context, t Target) (Client, error) { return stuckLock{}, nil }
+	seen := new(sync.Map) // the names stuckLock granted, in this process
+	openers["test-stuck"] = func(ctx context.Context, t Target) (Client, error) { return stuckLock{seen: seen}, nil }
+	openers["test-stuck-warming"] = func(ctx context.Context, t Target) (Client, error) { return stuckWarmingLock{}, nil }
+	openers["test-count"] = func(ctx context.Context, t Target) (Client, error) { return countingLock{}, nil }
+}
+
+// countingLock is unsafeLock counting the acquires of every name.
+type countingLock struct{ unsafeLock }
+
+var acquires sync.Map // name → *atomic.Int64
+
+func (countingLock) Acquire(ctx context.Context, name string) (Held, error) {
+	n, _ := acquires.LoadOrStore(name, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	return unsafeHeld{}, nil
+}
+
+// acquiresOf returns the acquires of each name with the prefix of names
+// (not the warm-up names), and their total.
+func acquiresOf(prefix string) (map[string]int64, int64) {
+	out, total := map[string]int64{}, int64(0)
+	acquires.Range(func(k, v any) bool {
+		if strings.HasPrefix(k.(string), prefix) && strings.Contains(k.(string), "-k") {
+			out[k.(string)] = v.(*atomic.Int64).Load()
+			total += out[k.(string)]
+		}
+		return true
+	})
+	return out, total
 }
 
 var unsafeTarget = Target{Name: "unsafe", Kind: KindPeer, Impl: "test-unsafe", Backend: "test"}
@@ -241,8 +270,8 @@ func TestReportFiles(t *testing.T) {
 	if strings.Contains(page, "<script src") || strings.Contains(page, "<link href") {
 		t.Error("index.html loads an external script or stylesheet; it must be self-contained")
 	}
-	if !strings.Contains(page, "echarts.init(") || len(page) < len(echartsJS) {
-		t.Error("index.html lacks the inlined ECharts library or its charts")
+	if !strings.Contains(page, "<svg") {
+		t.Error("index.html lacks its inline SVG charts")
 	}
 	var table strings.Builder
 	rep.WriteTable(&table)
@@ -310,7 +339,8 @@ func TestTargetsForListsFloorsRTTAndPeers(t *testing.T) {
 	for _, tg := range ts {
 		byName[tg.Name] = tg
 	}
-	for _, want := range []string{"redis", "floor redis", "rtt redis", "redsync", "redislock"} {
+	for _, want := range []string{"redis", "floor redis", "floor redis unfenced", "rtt redis",
+		"redsync", "redsync tuned", "redislock", "redislock tuned"} {
 		if _, ok := byName[want]; !ok {
 			t.Errorf("TargetsFor(redis) lacks %q (have %v, skipped %v)", want, ts, skipped)
 		}
@@ -361,15 +391,44 @@ func TestReportsNeverHoldPasswords(t *testing.T) {
 	}
 }
 
-// stuckLock grants its warm-up names, then blocks in Acquire ignoring
-// both its context and Close: the run must end with an error, not hang.
-type stuckLock struct{ unsafeLock }
+// stuckLock grants its warm-up names, and each other name once (the
+// warming of every name), then blocks in Acquire ignoring both its context and Close: the
+// run must end with an error, not hang.
+type stuckLock struct {
+	unsafeLock
+	seen *sync.Map
+}
 
-func (stuckLock) Acquire(ctx context.Context, name string) (Held, error) {
+func (l stuckLock) Acquire(ctx context.Context, name string) (Held, error) {
+	if _, seen := l.seen.LoadOrStore(name, true); !seen || strings.Contains(name, "-w") {
+		return unsafeHeld{}, nil
+	}
+	select {} // never returns
+}
+
+// stuckWarmingLock grants its warm-up names only: warming the workload's
+// names gets stuck.
+type stuckWarmingLock struct{ unsafeLock }
+
+func (stuckWarmingLock) Acquire(ctx context.Context, name string) (Held, error) {
 	if strings.Contains(name, "-w") {
 		return unsafeHeld{}, nil
 	}
 	select {} // never returns
+}
+
+// TestRunGivesUpOnStuckWarming: clients stuck while warming the names end
+// the run with ErrStuck.
+func TestRunGivesUpOnStuckWarming(t *testing.T) {
+	oldGrace, oldWarm := stopGrace, warmNamesTimeout
+	stopGrace, warmNamesTimeout = 100*time.Millisecond, 100*time.Millisecond
+	defer func() { stopGrace, warmNamesTimeout = oldGrace, oldWarm }()
+	tg := Target{Name: "stuck", Kind: KindPeer, Impl: "test-stuck-warming", Backend: "test"}
+	w := Workload{Kind: Handoff, Clients: 2, Names: 1, Duration: 50 * time.Millisecond}
+	_, err := (&Runner{}).Run(ctxT(t, time.Minute), tg, w, nil)
+	if !errors.Is(err, ErrStuck) || !strings.Contains(err.Error(), "warming") {
+		t.Fatalf("Run = %v, want an error wrapping ErrStuck about warming the names", err)
+	}
 }
 
 func TestRunGivesUpOnStuckClients(t *testing.T) {
@@ -398,5 +457,76 @@ func TestRunProcsReportsStuckClients(t *testing.T) {
 	_, err = r.Run(ctxT(t, time.Minute), tg, w, nil)
 	if !errors.Is(err, ErrStuck) {
 		t.Fatalf("Run = %v, want an error wrapping ErrStuck", err)
+	}
+}
+
+// TestRunWarmsEveryNameOnce: before the first measured run of a target
+// on many names, its clients take and free every name once between them;
+// the next runs on those names (the following rounds) do not again, and
+// use the same names.
+func TestRunWarmsEveryNameOnce(t *testing.T) {
+	tg := Target{Name: "count", Kind: KindPeer, Impl: "test-count", Backend: "test"}
+	// A measured time of 1 ns: the clients' loops make at most one
+	// acquire each, so the acquires are the warming.
+	w := Workload{Kind: ManyKeys, Clients: 4, Names: 50, Duration: 1}
+	r := &Runner{}
+	if _, err := r.Run(ctxT(t, time.Minute), tg, w, nil); err != nil {
+		t.Fatal(err)
+	}
+	prefix := r.names[nameSet{tg.Name, w.Names}].prefix
+	counts, total := acquiresOf(prefix)
+	if len(counts) != w.Names || total > int64(w.Names+w.Clients) {
+		t.Fatalf("first run: %d names taken, %d acquires; want all %d names, each about once", len(counts), total, w.Names)
+	}
+	if _, err := r.Run(ctxT(t, time.Minute), tg, w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.names[nameSet{tg.Name, w.Names}].prefix != prefix {
+		t.Fatal("the second run of a target on the same names used other names")
+	}
+	if _, again := acquiresOf(prefix); again > total+int64(w.Clients) {
+		t.Errorf("second run: %d more acquires; the names were warmed again", again-total)
+	}
+
+	// A hot name (fewer names than clients) is new, and warmed, in each
+	// run: nothing a run's end left on it carries over.
+	hot := Workload{Kind: Handoff, Clients: 4, Names: 1, Duration: 1}
+	var prefixes []string
+	for range 2 {
+		if _, err := r.Run(ctxT(t, time.Minute), tg, hot, nil); err != nil {
+			t.Fatal(err)
+		}
+		p := r.names[nameSet{tg.Name, hot.Names}].prefix
+		if counts, _ := acquiresOf(p); counts[p+"-k0"] < 1 {
+			t.Errorf("hot name %s-k0 not warmed: %v", p, counts)
+		}
+		prefixes = append(prefixes, p)
+	}
+	if prefixes[0] == prefixes[1] || prefixes[0] == prefix {
+		t.Errorf("hot-name runs used prefixes %q (many-names runs: %q); want a new one per run", prefixes, prefix)
+	}
+}
+
+// TestRunMeasuresHold: what each hold really took is recorded, in this
+// process and across client processes.
+func TestRunMeasuresHold(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Workload{Kind: Handoff, Clients: 2, Names: 1, Hold: time.Millisecond, Duration: 100 * time.Millisecond}
+	for _, r := range []*Runner{{}, {Procs: 2, Exe: exe, Stderr: os.Stderr}} {
+		res, err := r.Run(ctxT(t, time.Minute), unsafeTarget, w, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var grants uint64
+		for _, g := range res.Grants {
+			grants += g
+		}
+		if res.Hold == nil || res.Hold.TotalCount() != int64(grants) || res.Hold.ValueAtQuantile(50) < int64(time.Millisecond) {
+			t.Errorf("procs=%d: %d holds recorded for %d grants, p50 %v; want one per grant, at least the 1 ms asked",
+				r.Procs, res.Hold.TotalCount(), grants, time.Duration(res.Hold.ValueAtQuantile(50)))
+		}
 	}
 }

@@ -154,7 +154,6 @@ func child(_ string, parent *childproc.Parent) int {
 	if err != nil {
 		return fail(err)
 	}
-	defer chk.Close(false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := make(chan struct{})
@@ -175,8 +174,11 @@ func child(_ string, parent *childproc.Parent) int {
 		stopped: func() { _ = parent.Send("stopped") },
 	})
 	if err != nil {
+		// Clients given up as stuck may still touch the checker: it stays
+		// mapped until the process exits, which it is about to.
 		return fail(err)
 	}
+	chk.Close(false)
 	if err := parent.SendJSON(res); err != nil {
 		return fail(err)
 	}

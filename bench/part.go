@@ -24,6 +24,9 @@ type Part struct {
 	// Checker is the shared checker file ("" for a private checker).
 	Checker string `json:"checker,omitempty"`
 	Seed    uint64 `json:"seed"`
+	// WarmNames makes the part take and free its share of the workload's
+	// names once before the measured time (see warmNames).
+	WarmNames bool `json:"warm_names,omitempty"`
 }
 
 // PartResult is what a part measured. Histograms are HdrHistogram V2
@@ -32,6 +35,8 @@ type PartResult struct {
 	Acquire string `json:"acquire"`
 	Release string `json:"release"`
 	Handoff string `json:"handoff"`
+	// Hold is what each hold really took.
+	Hold string `json:"hold"`
 	// Grants per client, in client order.
 	Grants []uint64 `json:"grants"`
 	// Errors: acquires or releases that failed (not counting the end of the run).
@@ -52,10 +57,10 @@ type hooks struct {
 }
 
 type clientStats struct {
-	acq, rel, handoff *hdrhistogram.Histogram
-	grants, errors    uint64
-	lastErr           string
-	maxWait           int64
+	acq, rel, handoff, hold *hdrhistogram.Histogram
+	grants, errors          uint64
+	lastErr                 string
+	maxWait                 int64
 }
 
 func (p Part) names() []string {
@@ -86,13 +91,34 @@ func warmUp(ctx context.Context, c Client, name string, d time.Duration) error {
 	}
 }
 
+// warmNames takes and frees, once each, the names of the workload that
+// fall to client g of n (names g, g+n, g+2n…): the clients of every part
+// together touch every name once, in parallel, without contending. The
+// first use of a name costs more than the next ones on most servers (an
+// inserted row, a created parent node, a new key); a name used in the
+// measured time is then as warm as its neighbours.
+func warmNames(ctx context.Context, c Client, names []string, g, n int) error {
+	for j := g; j < len(names); j += n {
+		h, err := c.Acquire(ctx, names[j])
+		if err != nil {
+			return err
+		}
+		if err := h.Release(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // stopGrace is how long clients may take to notice the end of a run
 // before their connections are closed under them, and then again before
 // they are given up as stuck. connectTimeout bounds connecting and warming
-// up all the clients of a part.
+// up all the clients of a part; warmNamesTimeout bounds their taking and
+// freeing every name of the workload once (Part.WarmNames).
 var (
-	stopGrace      = 5 * time.Second // a variable for tests
-	connectTimeout = 30 * time.Second
+	stopGrace        = 5 * time.Second // a variable for tests
+	connectTimeout   = 30 * time.Second
+	warmNamesTimeout = time.Minute
 )
 
 // ErrStuck is wrapped by the errors of runs whose clients did not connect
@@ -174,6 +200,13 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 		}
 		return nil, fmt.Errorf("bench: %s: connect and warm up: %w", p.Target.Name, err)
 	}
+	names := p.names()
+	if p.WarmNames {
+		if err := p.warmAllNames(ctx, clients, names); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
 	hk.ready()
 	select {
 	case <-hk.start:
@@ -185,10 +218,9 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 	start := Now()
 	rctx, cancel := context.WithTimeout(ctx, p.Workload.Duration)
 	defer cancel()
-	names := p.names()
 	stats := make([]*clientStats, p.Count)
 	for i, c := range clients {
-		stats[i] = &clientStats{acq: newHist(), rel: newHist(), handoff: newHist()}
+		stats[i] = &clientStats{acq: newHist(), rel: newHist(), handoff: newHist(), hold: newHist()}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(p.Seed, uint64(p.First+i)))
 			p.loop(rctx, c, fencing(c), chk, names, stats[i], rng, start)
@@ -208,11 +240,12 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 	closeAll()
 
 	res := &PartResult{Elapsed: elapsed, Grants: make([]uint64, p.Count)}
-	acq, rel, ho := newHist(), newHist(), newHist()
+	acq, rel, ho, hold := newHist(), newHist(), newHist(), newHist()
 	for i, st := range stats {
 		acq.Merge(st.acq)
 		rel.Merge(st.rel)
 		ho.Merge(st.handoff)
+		hold.Merge(st.hold)
 		res.Grants[i] = st.grants
 		res.Errors += st.errors
 		if st.lastErr != "" {
@@ -221,17 +254,38 @@ func runPart(ctx context.Context, p Part, chk *Checker, hk hooks) (*PartResult, 
 		res.MaxWait = max(res.MaxWait, st.maxWait)
 		res.Failed += clients[i].FailedAttempts()
 	}
-	var err error
-	if res.Acquire, err = encode(acq); err != nil {
-		return nil, err
-	}
-	if res.Release, err = encode(rel); err != nil {
-		return nil, err
-	}
-	if res.Handoff, err = encode(ho); err != nil {
-		return nil, err
+	for _, e := range []struct {
+		dst *string
+		h   *hdrhistogram.Histogram
+	}{{&res.Acquire, acq}, {&res.Release, rel}, {&res.Handoff, ho}, {&res.Hold, hold}} {
+		var err error
+		if *e.dst, err = encode(e.h); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
+}
+
+// warmAllNames has every client of the part warm its share of the names
+// (warmNames), in parallel, outside the measured time.
+func (p Part) warmAllNames(ctx context.Context, clients []Client, names []string) error {
+	wctx, cancel := context.WithTimeout(ctx, warmNamesTimeout)
+	defer cancel()
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() { errs[i] = warmNames(wctx, c, names, p.First+i, p.Workload.Clients) })
+	}
+	if !waitDone(goDone(&wg), warmNamesTimeout+stopGrace) {
+		return fmt.Errorf("bench: %s: %w: warming %d names did not end within %v", p.Target.Name, ErrStuck, len(names), warmNamesTimeout+stopGrace)
+	}
+	if err := firstErr(errs); err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("bench: %s: %w: warming %d names took over %v: %w", p.Target.Name, ErrStuck, len(names), warmNamesTimeout, err)
+		}
+		return fmt.Errorf("bench: %s: warm names: %w", p.Target.Name, err)
+	}
+	return nil
 }
 
 // sleepCtx sleeps for d or until ctx ends; it reports whether ctx is live.
@@ -306,7 +360,9 @@ func (p Part) loop(ctx context.Context, c Client, fenced bool, chk *Checker, nam
 		}
 		st.grants++
 		if w.Hold > 0 {
+			h0 := Now()
 			time.Sleep(w.Hold)
+			record(st.hold, Now()-h0)
 		}
 		chk.Exit(i)
 		r0 := Now()

@@ -60,7 +60,8 @@ type Row struct {
 	Ideal   *stats.Interval `json:"ideal_grants_per_sec"`
 	ToIdeal *stats.Interval `json:"ratio_to_ideal"`
 
-	// BaselineRTT is the p50 of the server's raw round trip, same run.
+	// BaselineRTT is the server's raw round trip, same run: the median
+	// over the rounds of the round trip row's p50.
 	BaselineRTT int64 `json:"baseline_rtt_ns"`
 	// FloorNs is the median lock use (acquire + release p50) of the
 	// strategy's hand-written floor, same run; ToFloor is this row's
@@ -112,6 +113,9 @@ type Row struct {
 
 // RoundFigures is what one round of a row measured.
 type RoundFigures struct {
+	// Round is the round's index in its workload: figures of two rows
+	// with the same index were measured side by side (Finalize pairs them).
+	Round int
 	// UseNs is acquire p50 + release p50 (uncontended lock use).
 	UseNs        float64
 	GrantsPerSec float64
@@ -150,8 +154,10 @@ type Report struct {
 	Servers    []*Server         `json:"servers"`
 	Skipped    []string          `json:"skipped,omitempty"`
 	Peers      map[string]string `json:"peers"`
-	// Rounds is how many rounds each workload ran, its targets
-	// alternating within each.
+	// Rounds is how many rounds each contended workload ran, its targets
+	// alternating within each (the uncontended workload, whose rounds
+	// are short turns in one process, runs at least AlternatingRounds;
+	// each row's params say how many).
 	Rounds int `json:"rounds"`
 	// Load is the machine's load during the run.
 	Load *Load `json:"load"`
@@ -232,14 +238,19 @@ func NewRow(res *Result) *Row {
 }
 
 // Ideal is the contended rate a perfect lock would reach on one name:
-// 1/(hold + one round trip) while a waiter is always ready, bounded by
-// what the clients ask for, clients/(hold + work + one round trip).
-func Ideal(hold, work, rtt time.Duration, clients int) float64 {
-	lockBound := 1 / (hold + rtt).Seconds()
+// 1/(hold + gap) while a waiter is always ready, bounded by what the
+// clients ask for, clients/(hold + work + gap). gap is the shortest
+// handover the server allows: the release of one holder and the acquire
+// of the next, as the strategy's floor measured them on the same server
+// (a durable write where the floor's release is one). Finalize passes
+// the measured hold (time.Sleep(1ms) sleeps longer than 1 ms), so the
+// ideal is reachable, not a bound made out of reach by construction.
+func Ideal(hold, work, gap time.Duration, clients int) float64 {
+	lockBound := 1 / (hold + gap).Seconds()
 	if clients <= 0 {
 		return lockBound
 	}
-	return min(lockBound, float64(clients)/(hold+work+rtt).Seconds())
+	return min(lockBound, float64(clients)/(hold+work+gap).Seconds())
 }
 
 // jain is Jain's fairness index (Σx)²/(n·Σx²) over the grants per client.
@@ -263,7 +274,15 @@ func SkippedRow(t Target, w Workload, why string) *Row {
 }
 
 // Finalize fills the baselines and ratios of every row from the rows of
-// the same run: the RTT and floor rows (uncontended) and the peers.
+// the same run: the round trip and floor rows (uncontended), the ideal
+// contended rate and the best peer.
+//
+// Every ratio is paired per round, then summarised by its median and
+// interval: round r of a row is compared with round r of the reference
+// row, which ran right beside it (the targets of a workload alternate
+// within each round), so noise that slows a whole round cancels out. Two
+// rows pair the rounds both have. A row without rounds (measured once) is
+// compared with the reference's median.
 func Finalize(rows []*Row, targets []Target) {
 	byName := map[string]Target{}
 	for _, t := range targets {
@@ -280,36 +299,24 @@ func Finalize(rows []*Row, targets []Target) {
 			continue
 		}
 		t := byName[r.Backend]
-		if rtt := uncontended[t.RTT]; rtt != nil {
-			r.BaselineRTT = rtt.P50
+		rtt, floor := uncontended[t.RTT], uncontended[t.Floor]
+		if rtt != nil {
+			r.BaselineRTT = rtt.useNs()
 		}
-		if f := uncontended[t.Floor]; f != nil {
-			r.FloorNs = f.useNs()
+		if floor != nil {
+			r.FloorNs = floor.useNs()
 		}
-		if r.Workload == Uncontended {
+		switch r.Workload {
+		case Uncontended:
+			r.ToFloor = pairRatio(r, floor, useOf)
+			r.ToRTT = pairRatio(r, rtt, useOf)
+		case Handoff, Fairness:
 			if r.FloorNs > 0 {
-				r.ToFloor = one(float64(r.useNs()) / float64(r.FloorNs))
-			}
-			if r.BaselineRTT > 0 {
-				r.ToRTT = one(float64(r.useNs()) / float64(r.BaselineRTT))
-			}
-		}
-		if r.Workload == Handoff || r.Workload == Fairness {
-			hold := time.Duration(0)
-			if h, err := time.ParseDuration(fmt.Sprint(r.Params["hold"])); err == nil {
-				hold = h
-			}
-			work := time.Duration(0)
-			if w, err := time.ParseDuration(fmt.Sprint(r.Params["work"])); err == nil {
-				work = w
-			}
-			if r.BaselineRTT > 0 {
-				ideal := Ideal(hold, work, time.Duration(r.BaselineRTT), int(toFloat(r.Params["clients"])))
-				r.Ideal, r.ToIdeal = one(ideal), one(r.GrantsPerSec/ideal)
+				r.Ideal, r.ToIdeal = ideal(r, time.Duration(r.FloorNs))
 			}
 		}
 	}
-	// Peers: the best peer on the same server and configuration.
+	// Peers: the best peer on the same server and configuration, by median.
 	for _, r := range rows {
 		if r.Skipped != "" || !(r.Kind == KindDlock || r.Kind == KindPeer) {
 			continue
@@ -329,13 +336,84 @@ func Finalize(rows []*Row, targets []Target) {
 		}
 		r.Peer = best.Backend
 		if r.Workload == Uncontended {
-			if best.useNs() > 0 {
-				r.ToPeer = one(float64(r.useNs()) / float64(best.useNs()))
-			}
-		} else if best.GrantsPerSec > 0 {
-			r.ToPeer = one(r.GrantsPerSec / best.GrantsPerSec)
+			r.ToPeer = pairRatio(r, best, useOf)
+		} else {
+			r.ToPeer = pairRatio(r, best, rateOf)
 		}
 	}
+}
+
+func useOf(f RoundFigures) float64  { return f.UseNs }
+func rateOf(f RoundFigures) float64 { return f.GrantsPerSec }
+
+// rounds returns the row's per-round figures, or its medians as one
+// round when it has none.
+func (r *Row) rounds() []RoundFigures {
+	if len(r.Rounds) > 0 {
+		return r.Rounds
+	}
+	return []RoundFigures{{UseNs: float64(r.useNs()), GrantsPerSec: r.GrantsPerSec, HoldNs: float64(r.HoldNs)}}
+}
+
+// pairRatio is fig(a)/fig(ref) paired per round (the rounds both have),
+// as a median with its interval; nil without a reference or a pair.
+func pairRatio(a, ref *Row, fig func(RoundFigures) float64) *stats.Interval {
+	if a == nil || ref == nil {
+		return nil
+	}
+	if len(a.Rounds) == 0 || len(ref.Rounds) == 0 {
+		// Measured once: no rounds to pair, the medians it is.
+		x, y := fig(a.rounds()[0]), fig(ref.rounds()[0])
+		if len(ref.Rounds) > 0 {
+			y = fig(RoundFigures{UseNs: float64(ref.useNs()), GrantsPerSec: ref.GrantsPerSec})
+		}
+		if x <= 0 || y <= 0 {
+			return nil
+		}
+		return one(x / y)
+	}
+	byRound := map[int]RoundFigures{}
+	for _, f := range ref.Rounds {
+		byRound[f.Round] = f
+	}
+	var xs []float64
+	for _, f := range a.Rounds {
+		if g, ok := byRound[f.Round]; ok && fig(f) > 0 && fig(g) > 0 {
+			xs = append(xs, fig(f)/fig(g))
+		}
+	}
+	return stats.MedianCI(xs, Confidence)
+}
+
+// ideal is the ideal contended rate of a handoff or fairness row (see
+// Ideal), per round from that round's measured hold, and the row's rate
+// over it, paired per round. gap is the floor's median lock use on the
+// same server.
+func ideal(r *Row, gap time.Duration) (ideal, toIdeal *stats.Interval) {
+	nominal := time.Duration(0)
+	if h, err := time.ParseDuration(fmt.Sprint(r.Params["hold"])); err == nil {
+		nominal = h
+	}
+	work := time.Duration(0)
+	if w, err := time.ParseDuration(fmt.Sprint(r.Params["work"])); err == nil {
+		work = w
+	}
+	clients := int(toFloat(r.Params["clients"]))
+	var ideals, ratios []float64
+	for _, f := range r.rounds() {
+		hold := time.Duration(f.HoldNs)
+		if hold <= 0 {
+			// No hold measured (none asked for, or a row built without
+			// one): the nominal hold.
+			hold = nominal
+		}
+		v := Ideal(hold, work, gap, clients)
+		ideals = append(ideals, v)
+		if f.GrantsPerSec > 0 {
+			ratios = append(ratios, f.GrantsPerSec/v)
+		}
+	}
+	return stats.MedianCI(ideals, Confidence), stats.MedianCI(ratios, Confidence)
 }
 
 // Labels returns the workload configurations of the rows, in run order.

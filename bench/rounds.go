@@ -21,12 +21,12 @@ const WideInterval = 0.10
 func AggregateRounds(rounds []*Result) *Row {
 	var merged *Result
 	var figs []RoundFigures
-	for _, res := range rounds {
+	for i, res := range rounds {
 		if res == nil {
 			continue
 		}
 		one := NewRow(res)
-		f := RoundFigures{UseNs: float64(one.P50 + one.ReleaseP50), GrantsPerSec: one.GrantsPerSec}
+		f := RoundFigures{Round: i, UseNs: float64(one.P50 + one.ReleaseP50), GrantsPerSec: one.GrantsPerSec}
 		if res.Hold != nil && res.Hold.TotalCount() > 0 {
 			f.HoldNs = float64(res.Hold.ValueAtQuantile(50))
 		}
@@ -84,17 +84,20 @@ func AggregateRounds(rounds []*Result) *Row {
 	return row
 }
 
-// Rotation returns the order in which n targets run in round r: each
-// round starts one later, and odd rounds run backwards, so that no target
-// always runs right after another (the one after a slow target inherits
-// its aftermath: compactions, fsyncs, a cold cache).
+// Rotation returns the order in which n targets run in round r: even
+// rounds run forwards from target r mod n, odd rounds backwards from it,
+// so that no target always runs right after another (the one after a
+// slow target inherits its aftermath: compactions, fsyncs, a cold cache),
+// not even of two, and every target starts as many rounds as the others
+// over n rounds.
 func Rotation(n, r int) []int {
 	order := make([]int, n)
 	for i := range order {
-		order[i] = (i + r) % n
-	}
-	if r%2 == 1 {
-		slices.Reverse(order)
+		if r%2 == 0 {
+			order[i] = (r + i) % n
+		} else {
+			order[i] = ((r-i)%n + n) % n
+		}
 	}
 	return order
 }

@@ -10,7 +10,11 @@
 //
 // Flags:
 //
-//	-quick          a run of under two minutes (shorter measurements)
+//	-quick          a run of under two minutes (shorter measurements, 3 rounds)
+//	-rounds N       rounds per workload (default 5, 3 with -quick): in each round
+//	                every target runs one slice of the workload, the targets
+//	                alternating, and every figure is the median of the rounds
+//	                with a confidence interval (95 % from 6 rounds on)
 //	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop (default all)
 //	-backend LIST   only targets whose name or server starts with one of these (e.g. redis,postgres/advisory,memory)
 //	-procs N        run the clients as N separate processes (this program re-executed) instead of goroutines
@@ -66,6 +70,7 @@ type config struct {
 	urls     urlList
 	out      string
 	scale    float64
+	rounds   int
 	noPeers  bool
 	progress bool
 	// allowMissing runs without the backends whose server cannot start.
@@ -82,8 +87,26 @@ Usage:
   dlockbench [flags]                 start every server it can and run the suite
   dlockbench -url URL [-url URL]...  run against servers you name instead
 
+Each workload runs in rounds (-rounds): in each round every target runs one
+short slice, the targets alternating, and each figure is the median of the
+rounds with a confidence interval (95 % from 6 rounds on; the uncontended
+workload runs at least 15 short rounds); ratios are paired per round.
+
 Flags:
 `
+
+// serverPIDs lists the processes of the servers the run measures (those
+// started here), for the machine's load: their CPU is the benchmark's own.
+func serverPIDs(servers []*bench.Server) []int {
+	var pids []int
+	for _, s := range servers {
+		if s.PID > 0 {
+			pids = append(pids, s.PID)
+		}
+		pids = append(pids, serverPIDs(s.Nodes)...)
+	}
+	return pids
+}
 
 func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("dlockbench", flag.ContinueOnError)
@@ -97,6 +120,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.Var(&c.urls, "url", "a dlock URL to measure (repeatable); replaces the servers dlockbench starts")
 	fs.StringVar(&c.out, "out", "report", "report directory")
 	fs.Float64Var(&c.scale, "scale", 1, "multiply every measurement's duration")
+	fs.IntVar(&c.rounds, "rounds", 5, "rounds per workload, the targets alternating within each (default 3 with -quick)")
 	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
@@ -126,8 +150,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 			c.backends = append(c.backends, b)
 		}
 	}
-	if c.procs < 1 || c.scale <= 0 {
-		return nil, fmt.Errorf("-procs must be at least 1 and -scale positive")
+	if c.procs < 1 || c.scale <= 0 || c.rounds < 1 {
+		return nil, fmt.Errorf("-procs and -rounds must be at least 1 and -scale positive")
+	}
+	roundsSet := false
+	fs.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+	if c.quick && !roundsSet {
+		c.rounds = 3
 	}
 	return c, nil
 }
@@ -176,6 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		NumCPU:     runtime.NumCPU(),
 		Quick:      cfg.quick,
 		Procs:      cfg.procs,
+		Rounds:     cfg.rounds,
 		Peers:      bench.PeerNotes,
 	}
 	rep.Host, _ = os.Hostname()
@@ -190,16 +220,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
 	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr}
+	load := bench.StartLoad(serverPIDs(env.servers)...)
 	rows, err := measure(ctx, cfg, env, plan, runner, stderr)
 	if err != nil {
 		return err
 	}
+	if rep.Load, err = load.Stop(); err != nil {
+		fmt.Fprintf(stderr, "dlockbench: %v (no load figures)\n", err)
+	}
 	bench.Finalize(rows, env.targets)
 	rep.Rows = rows
+	rep.Verdict = bench.Decide(rep)
 	rep.Duration = time.Since(started).Round(time.Second)
 	rep.DurationS = rep.Duration.String()
 
 	printHeader(stdout, rep)
+	rep.Verdict.WriteText(stdout)
 	rep.WriteTable(stdout)
 	if err := rep.WriteFiles(cfg.out); err != nil {
 		return err
@@ -236,6 +272,14 @@ func printHeader(w io.Writer, rep *bench.Report) {
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(w, "skipped: %s\n", s)
 	}
+	if l := rep.Load; l != nil {
+		fmt.Fprintf(w, "machine load: loadavg %.1f → %.1f; CPU busy %.0f %%, of which other processes %.0f %%\n",
+			l.Avg1Start, l.Avg1End, l.BusyPct, l.OtherPct)
+		if l.OtherPct > bench.NoisyLoad {
+			fmt.Fprintf(w, "warning: other processes used %.0f %% of the CPU during the run: figures may be noisy\n", l.OtherPct)
+		}
+	}
+	fmt.Fprintf(w, "%d rounds per workload, the targets alternating within each; a figure is the median of the rounds with a confidence interval (95 %% where the number of rounds allows)\n", rep.Rounds)
 	fmt.Fprintln(w, "times are p50/p99 etc. of acquire (or release); ×floor, ×rtt, ×peer: this row's p50 lock use (acquire+release) over the floor's, the raw round trip's, the best peer's; rate×peer: grants/s over the best peer's; viol: exclusion/fencing violations")
 }
 

@@ -31,7 +31,7 @@ func TestQuickSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dlockbench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
-	for _, want := range []string{"== uncontended", "memory", "mutual-exclusion violations: 0"} {
+	for _, want := range []string{"== uncontended", "memory", "mutual-exclusion violations: 0", "machine load: loadavg", "3 rounds per workload"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -50,9 +50,58 @@ func TestQuickSmoke(t *testing.T) {
 	if len(rep.Rows) != 1 || rep.Rows[0].Backend != "memory" || rep.Rows[0].Grants == 0 {
 		t.Fatalf("report rows = %+v, want one measured memory row", rep.Rows)
 	}
+	if rep.Rounds != 3 || rep.Load == nil {
+		t.Errorf("report: %d rounds, load %+v; want -quick's 3 rounds and the machine's load", rep.Rounds, rep.Load)
+	}
+	if u := rep.Rows[0].Use; u == nil || u.Rounds < 3 {
+		t.Errorf("memory's lock use = %+v; want an interval over the rounds", u)
+	}
 	for _, f := range []string{"report.csv", "index.html"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestContendedRounds runs the contended workloads on mem:// in rounds:
+// every row is built from one slice per round, and the open loop finds
+// its capacity by itself when the many-keys workload did not run.
+func TestContendedRounds(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	args := []string{"-quick", "-rounds", "4", "-workload", "handoff,fairness,openloop", "-backend", "memory", "-scale", "0.2", "-out", dir}
+	if err := run(t.Context(), args, &out, &errb); err != nil {
+		t.Fatalf("dlockbench: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Rounds int `json:"rounds"`
+		Rows   []struct {
+			Label   string         `json:"label"`
+			Skipped string         `json:"skipped"`
+			Params  map[string]any `json:"params"`
+			Rate    *struct {
+				Rounds int `json:"rounds"`
+			} `json:"grants_per_sec"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rounds != 4 || len(rep.Rows) != 6 { // handoff ×4, fairness, openloop
+		t.Fatalf("%d rounds, %d rows; want 4 rounds and 6 rows:\n%s", rep.Rounds, len(rep.Rows), out.String())
+	}
+	for _, r := range rep.Rows {
+		if r.Skipped != "" || r.Rate == nil || r.Rate.Rounds != 4 || r.Params["rounds"] != 4.0 {
+			t.Errorf("%s: skipped %q, rate %+v, params %v; want a rate over 4 rounds", r.Label, r.Skipped, r.Rate, r.Params)
+		}
+		if strings.HasPrefix(r.Label, "openloop") {
+			if rate, _ := r.Params["rate_per_sec"].(float64); rate <= 0 {
+				t.Errorf("%s: offered %v/s; want a share of the capacity the probe measured", r.Label, r.Params["rate_per_sec"])
+			}
 		}
 	}
 }
@@ -61,10 +110,27 @@ func TestFlagsRejectNonsense(t *testing.T) {
 	for _, args := range [][]string{
 		{"-workload", "nosuch"},
 		{"-procs", "0"},
+		{"-rounds", "0"},
 		{"extra-argument"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted it", args)
+		}
+	}
+}
+
+// TestRoundsFlag: 5 rounds by default, 3 with -quick, unless -rounds says.
+func TestRoundsFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{nil, 5}, {[]string{"-quick"}, 3}, {[]string{"-quick", "-rounds", "7"}, 7}, {[]string{"-rounds", "2"}, 2}} {
+		cfg, err := parseFlags(c.args, &bytes.Buffer{}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.rounds != c.want {
+			t.Errorf("parseFlags(%q): %d rounds, want %d", c.args, cfg.rounds, c.want)
 		}
 	}
 }
@@ -78,7 +144,7 @@ func TestHelp(t *testing.T) {
 		if err != flag.ErrHelp {
 			t.Fatalf("%s: run = %v, want flag.ErrHelp (main exits 0)", arg, err)
 		}
-		for _, want := range []string{"Usage:", "dlockbench -url URL", "-allow-missing", "-workload", "bench/README.md"} {
+		for _, want := range []string{"Usage:", "dlockbench -url URL", "-allow-missing", "-workload", "-rounds", "bench/README.md"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("%s: standard output lacks %q:\n%s", arg, want, out.String())
 			}

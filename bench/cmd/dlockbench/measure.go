@@ -18,89 +18,265 @@ import (
 
 // runOverhead estimates what a run costs beyond its measured time
 // (connecting clients, warming up, stopping), for the progress estimate.
-const runOverhead = 400 * time.Millisecond
+const runOverhead = 150 * time.Millisecond
 
-type job struct {
-	t bench.Target
-	w bench.Workload
+// minSlice is the shortest slice a target runs in one round of a
+// contended workload (before -scale): shorter, a slice of the handoff
+// workload with a 1 ms hold would hold too few grants to say anything.
+const minSlice = 100 * time.Millisecond
+
+// measurer runs the workloads of a run, round by round.
+type measurer struct {
+	cfg    *config
+	e      *env
+	r      *bench.Runner
+	rounds int
+	pb     *progress
+	// capacity is a target's many-keys grants/s at 4×GOMAXPROCS clients,
+	// the open loop's reference.
+	capacity map[string]float64
+	// broken says why a target is no longer run: it got stuck.
+	broken map[string]string
+	// step and steps count the runs for the progress bar; done and total
+	// estimate their time.
+	step, steps int
+	done, total time.Duration
 }
 
-// measure runs every workload on every target that takes part in it:
-// floors and round trips in the uncontended workload only.
+// measure runs every workload on every target that takes part in it
+// (floors and round trips in the uncontended workload only). Each
+// workload runs cfg.rounds rounds; in each round, every target runs one
+// slice, in the order bench.Rotation gives, so that the targets of a
+// workload alternate and noise that slows a round slows all of them
+// (Finalize pairs their ratios per round). The uncontended workload
+// alternates its targets within one process (bench.RunAlternating); the
+// contended ones run a slice of Duration/rounds (at least minSlice) per
+// target and round through the Runner. One row per target and workload
+// aggregates its rounds (bench.AggregateRounds).
 func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r *bench.Runner, stderr io.Writer) ([]*bench.Row, error) {
-	var jobs []job
-	for _, w := range plan {
-		for _, t := range e.targets {
-			if t.Runs(w.Kind) {
-				jobs = append(jobs, job{t, w})
-			}
-		}
+	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds,
+		pb: &progress{w: stderr, on: cfg.progress, start: time.Now()}, capacity: map[string]float64{}, broken: map[string]string{}}
+	m.estimate(plan)
+	if !cfg.progress {
+		fmt.Fprintf(stderr, "dlockbench: %d workloads × %d rounds, %d runs, about %v\n", len(plan), m.rounds, m.steps, m.total.Round(time.Second))
 	}
-	var total, done time.Duration
-	for _, j := range jobs {
-		total += j.w.Duration + runOverhead
-	}
-	pb := &progress{w: stderr, on: cfg.progress, start: time.Now()}
-	capacity := map[string]float64{} // target → many-keys grants/s at 4×GOMAXPROCS clients
-	broken := map[string]string{}    // target → why it is no longer run
-	capClients := 4 * runtime.GOMAXPROCS(0)
 	var rows []*bench.Row
 	lastKind := ""
-	for i, j := range jobs {
+	for _, w := range plan {
 		if ctx.Err() != nil {
 			break
 		}
-		if j.w.Kind != lastKind && !cfg.progress {
-			fmt.Fprintf(stderr, "dlockbench: %s (%s)\n", j.w.Kind, time.Now().Format("15:04:05"))
-			lastKind = j.w.Kind
+		if w.Kind != lastKind && !cfg.progress {
+			fmt.Fprintf(stderr, "dlockbench: %s (%s)\n", w.Kind, time.Now().Format("15:04:05"))
+			lastKind = w.Kind
 		}
-		pb.show(i, len(jobs), done, total, j.t.Name+" · "+j.w.Label())
-		w := j.w
-		if why, ok := broken[j.t.Name]; ok {
-			rows = append(rows, bench.SkippedRow(j.t, w, "not run after an earlier failure: "+why))
-			done += w.Duration + runOverhead
-			continue
+		var out []*bench.Row
+		if w.Kind == bench.Uncontended {
+			out = m.alternate(ctx, w)
+		} else {
+			out = m.contended(ctx, w)
 		}
-		if w.Kind == bench.OpenLoop {
-			c, ok := capacity[j.t.Name]
-			if !ok {
-				probe := bench.Workload{Kind: bench.ManyKeys, Clients: w.Clients, Names: w.Names, Duration: w.Duration}
-				if res, err := r.Run(ctx, j.t, probe, nil); err == nil {
-					c = bench.NewRow(res).GrantsPerSec
-					capacity[j.t.Name] = c
-				}
-			}
-			if c <= 0 {
-				rows = append(rows, bench.SkippedRow(j.t, w, "no capacity measured"))
-				done += w.Duration + runOverhead
-				continue
-			}
-			w.Rate = w.Load * c
-		}
-		res, err := r.Run(ctx, j.t, w, sampler(e, j.t))
-		done += j.w.Duration + runOverhead
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			rows = append(rows, bench.SkippedRow(j.t, w, err.Error()))
-			if errors.Is(err, bench.ErrStuck) {
-				// Each further run would wait out the same timeouts.
-				broken[j.t.Name] = j.w.Label() + ": " + bench.ErrStuck.Error()
-			}
-			continue
-		}
-		row := bench.NewRow(res)
-		if w.Kind == bench.ManyKeys && w.Clients == capClients {
-			capacity[j.t.Name] = row.GrantsPerSec
-		}
-		rows = append(rows, row)
+		rows = append(rows, out...)
 	}
-	pb.clear()
+	m.pb.clear()
 	if err := ctx.Err(); err != nil && len(rows) == 0 {
 		return nil, err
 	}
 	return rows, nil
+}
+
+// targets returns the targets that take part in a workload kind.
+func (m *measurer) targets(kind string) []bench.Target {
+	var out []bench.Target
+	for _, t := range m.e.targets {
+		if t.Runs(kind) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// altRounds is the number of rounds of the uncontended workload: its
+// rounds are short slices in one process that cost nothing more when
+// there are more of them, and bench.AlternatingRounds of them give a 95 %
+// interval that two unlucky rounds at either end do not move.
+func (m *measurer) altRounds() int { return max(m.rounds, bench.AlternatingRounds) }
+
+// slice is what one target runs of w in one round.
+func (m *measurer) slice(w bench.Workload) time.Duration {
+	low := time.Duration(float64(minSlice) * min(m.cfg.scale, 1))
+	return max((w.Duration / time.Duration(m.rounds)).Round(time.Millisecond), low)
+}
+
+// estimate counts the runs and their time for the progress bar.
+func (m *measurer) estimate(plan []bench.Workload) {
+	capacity, probed := false, false
+	for _, w := range plan {
+		n := len(m.targets(w.Kind))
+		switch {
+		case w.Kind == bench.Uncontended:
+			m.steps++
+			m.total += time.Duration(n) * (w.Duration + runOverhead)
+			continue
+		case w.Kind == bench.ManyKeys && w.Clients == capClients():
+			capacity = true
+		case w.Kind == bench.OpenLoop && !capacity && !probed:
+			probed = true
+			m.steps += n
+			m.total += time.Duration(n) * (m.slice(w) + runOverhead)
+		}
+		m.steps += n * m.rounds
+		m.total += time.Duration(n*m.rounds) * (m.slice(w) + runOverhead)
+	}
+}
+
+// capClients is the clients of the many-keys workload whose rate is the
+// open loop's capacity (the open loop runs as many).
+func capClients() int { return 4 * runtime.GOMAXPROCS(0) }
+
+// show advances the progress bar by one run of about d.
+func (m *measurer) show(what string, d time.Duration) {
+	m.pb.show(m.step, m.steps, m.done, m.total, what)
+	m.step++
+	m.done += d
+}
+
+// alternate measures the uncontended workload: every target's client open
+// at once in this process, alternating in short slices, round after round.
+func (m *measurer) alternate(ctx context.Context, w bench.Workload) []*bench.Row {
+	targets := m.targets(w.Kind)
+	m.show(fmt.Sprintf("%d targets · %s", len(targets), w.Label()), time.Duration(len(targets))*(w.Duration+runOverhead))
+	sample := func(t bench.Target) func(context.Context) bench.ServerSample { return sampler(m.e, t) }
+	results, why, err := bench.RunAlternating(ctx, targets, w, m.altRounds(), sample)
+	var rows []*bench.Row
+	for _, t := range targets {
+		var row *bench.Row
+		switch {
+		case err != nil:
+			row = bench.SkippedRow(t, w, err.Error())
+		case why[t.Name] != "":
+			row = bench.SkippedRow(t, w, why[t.Name])
+		default:
+			row = m.aggregate(t, w, results[t.Name], nil)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// contended measures a contended workload: rounds × every target, one
+// slice each, in Rotation order.
+func (m *measurer) contended(ctx context.Context, w bench.Workload) []*bench.Row {
+	targets := m.targets(w.Kind)
+	sw := w
+	sw.Duration = m.slice(w)
+	skipped := map[string]string{} // target → why it has no row
+	for _, t := range targets {
+		if why, ok := m.broken[t.Name]; ok {
+			skipped[t.Name] = "not run after an earlier failure: " + why
+		}
+	}
+	if w.Kind == bench.OpenLoop {
+		m.probe(ctx, targets, sw, skipped)
+	}
+	results := map[string][]*bench.Result{}
+	failed := map[string][]string{} // target → the errors of its failed rounds
+	for round := range m.rounds {
+		for _, i := range bench.Rotation(len(targets), round) {
+			t := targets[i]
+			if _, ok := skipped[t.Name]; ok {
+				m.show(t.Name+" · "+w.Label(), sw.Duration+runOverhead)
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			m.show(fmt.Sprintf("%s · %s · round %d/%d", t.Name, w.Label(), round+1, m.rounds), sw.Duration+runOverhead)
+			tw := sw
+			if w.Kind == bench.OpenLoop {
+				tw.Rate = w.Load * m.capacity[t.Name]
+			}
+			res, err := m.r.Run(ctx, t, tw, sampler(m.e, t))
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				failed[t.Name] = append(failed[t.Name], fmt.Sprintf("round %d: %v", round+1, err))
+				if errors.Is(err, bench.ErrStuck) {
+					// Each further run would wait out the same timeouts.
+					m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
+					skipped[t.Name] = err.Error()
+				}
+				continue
+			}
+			if results[t.Name] == nil {
+				results[t.Name] = make([]*bench.Result, m.rounds)
+			}
+			results[t.Name][round] = res
+		}
+	}
+	var rows []*bench.Row
+	for _, t := range targets {
+		if why, ok := skipped[t.Name]; ok {
+			rows = append(rows, bench.SkippedRow(t, w, why))
+			continue
+		}
+		row := m.aggregate(t, sw, results[t.Name], failed[t.Name])
+		if row.Skipped == "" && w.Kind == bench.ManyKeys && w.Clients == capClients() {
+			m.capacity[t.Name] = bench.Med(row.Rate)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// probe measures the capacity of the open loop's targets that the
+// many-keys workload did not (one slice each); a target without one is
+// skipped.
+func (m *measurer) probe(ctx context.Context, targets []bench.Target, sw bench.Workload, skipped map[string]string) {
+	for _, t := range targets {
+		if _, ok := skipped[t.Name]; ok || m.capacity[t.Name] > 0 {
+			continue
+		}
+		probe := bench.Workload{Kind: bench.ManyKeys, Clients: sw.Clients, Names: sw.Names, Duration: sw.Duration}
+		m.show(t.Name+" · capacity for "+sw.Label(), sw.Duration+runOverhead)
+		res, err := m.r.Run(ctx, t, probe, nil)
+		switch {
+		case err != nil && errors.Is(err, bench.ErrStuck):
+			m.broken[t.Name] = probe.Label() + ": " + bench.ErrStuck.Error()
+			skipped[t.Name] = err.Error()
+		case err == nil:
+			m.capacity[t.Name] = bench.NewRow(res).GrantsPerSec
+		}
+		if m.capacity[t.Name] <= 0 {
+			if _, ok := skipped[t.Name]; !ok {
+				skipped[t.Name] = "no capacity measured"
+			}
+		}
+	}
+}
+
+// aggregate makes a target's row from its rounds; a row none of whose
+// rounds ran is skipped with the reasons, and a row some of whose rounds
+// failed says so in its note.
+func (m *measurer) aggregate(t bench.Target, w bench.Workload, rounds []*bench.Result, failed []string) *bench.Row {
+	row := bench.AggregateRounds(rounds)
+	if row == nil {
+		why := "no round measured"
+		if len(failed) > 0 {
+			why = strings.Join(failed, "; ")
+		}
+		return bench.SkippedRow(t, w, why)
+	}
+	row.Params["rounds"] = len(rounds)
+	if w.Kind != bench.Uncontended {
+		row.Params["slice"] = w.Duration.String()
+		row.Params["duration"] = (w.Duration * time.Duration(m.rounds)).String()
+	}
+	if len(failed) > 0 {
+		row.Note = strings.TrimPrefix(row.Note+"; ", "; ") + fmt.Sprintf("%d of %d rounds failed (%s)", len(failed), len(rounds), strings.Join(failed, "; "))
+	}
+	return row
 }
 
 // sampler returns the server-counter reader of t's server, or nil.

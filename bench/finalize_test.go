@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/stats"
+)
+
+// roundsRow is a synthetic row with per-round figures, as AggregateRounds
+// makes it.
+func roundsRow(name, kind, workload string, figs ...RoundFigures) *Row {
+	w := Workload{Kind: workload, Clients: 1, Names: 1}
+	if workload == Handoff {
+		w = Workload{Kind: Handoff, Clients: 32, Names: 1, Hold: time.Millisecond, Work: 2 * time.Millisecond}
+	}
+	r := &Row{Backend: name, Kind: kind, Server: "s", Workload: workload, Label: w.Label(), Params: w.Params(), Grants: 1, Rounds: figs}
+	var use, rate []float64
+	for _, f := range figs {
+		use, rate = append(use, f.UseNs), append(rate, f.GrantsPerSec)
+	}
+	r.Use, r.Rate = stats.MedianCI(use, Confidence), stats.MedianCI(rate, Confidence)
+	r.GrantsPerSec = r.Rate.Median
+	return r
+}
+
+func uses(ns ...float64) []RoundFigures {
+	out := make([]RoundFigures, len(ns))
+	for i, v := range ns {
+		out[i] = RoundFigures{Round: i, UseNs: v, GrantsPerSec: 1e9 / v}
+	}
+	return out
+}
+
+var pairTargets = []Target{
+	{Name: "dl", Kind: KindDlock, Floor: "floor", RTT: "rtt"},
+	{Name: "peer", Kind: KindPeer, Floor: "floor", RTT: "rtt"},
+	{Name: "floor", Kind: KindFloor, RTT: "rtt"},
+	{Name: "rtt", Kind: KindRTT},
+	MemoryTarget(),
+}
+
+// TestFinalizePairsPerRound: a ratio is taken round by round between rows
+// measured side by side, then summarised; a round that slows the row and
+// its reference alike (a noisy machine) does not move it.
+func TestFinalizePairsPerRound(t *testing.T) {
+	// Round 1 is noisy: everything 3× slower. Per round, dl is 2× the
+	// floor (2, 2, 1.82); the medians (200 over 110) would say 1.82.
+	dl := roundsRow("dl", KindDlock, Uncontended, uses(200, 600, 200)...)
+	floor := roundsRow("floor", KindFloor, Uncontended, uses(100, 300, 110)...)
+	rtt := roundsRow("rtt", KindRTT, Uncontended, uses(50, 150, 50)...)
+	Finalize([]*Row{dl, floor, rtt}, pairTargets)
+	if dl.ToFloor == nil || dl.ToFloor.Median != 2 {
+		t.Errorf("ToFloor = %+v; want the median of the per-round ratios, 2", dl.ToFloor)
+	}
+	if dl.ToRTT == nil || dl.ToRTT.Median != 4 || dl.ToRTT.Lo != 4 || dl.ToRTT.Hi != 4 {
+		t.Errorf("ToRTT = %+v; want exactly 4 in every round", dl.ToRTT)
+	}
+	if dl.FloorNs != 110 || dl.BaselineRTT != 50 {
+		t.Errorf("FloorNs = %d, BaselineRTT = %d; want the medians 110 and 50", dl.FloorNs, dl.BaselineRTT)
+	}
+
+	// Five rounds, two of them 3× slower for both: the ratio stays 2 with
+	// no width at all.
+	dl = roundsRow("dl", KindDlock, Uncontended, uses(200, 660, 220, 630, 190)...)
+	floor = roundsRow("floor", KindFloor, Uncontended, uses(100, 330, 110, 315, 95)...)
+	Finalize([]*Row{dl, floor}, pairTargets)
+	if iv := dl.ToFloor; iv == nil || iv.Median != 2 || iv.Lo != 2 || iv.Hi != 2 || iv.Wide(WideInterval) {
+		t.Errorf("ToFloor with noisy rounds = %+v; want exactly 2", iv)
+	}
+}
+
+// TestFinalizePairsTheRoundsBothHave: a row that lost a round is paired
+// by round index, not by position.
+func TestFinalizePairsTheRoundsBothHave(t *testing.T) {
+	figs := uses(200, 0, 400, 800)
+	figs = append(figs[:1], figs[2:]...) // round 1 failed: rounds 0, 2, 3
+	dl := roundsRow("dl", KindDlock, Uncontended, figs...)
+	floor := roundsRow("floor", KindFloor, Uncontended, uses(100, 150, 200, 400)...)
+	Finalize([]*Row{dl, floor}, pairTargets)
+	if iv := dl.ToFloor; iv == nil || iv.Rounds != 3 || iv.Lo != 2 || iv.Hi != 2 {
+		t.Errorf("ToFloor = %+v; want 2 from the 3 rounds both rows have", iv)
+	}
+}
+
+// TestFinalizePeersPerRound: the best peer is chosen by its median and
+// compared round by round: grants/s for contended workloads (higher is
+// better), lock use uncontended (lower is better).
+func TestFinalizePeersPerRound(t *testing.T) {
+	rates := func(vs ...float64) []RoundFigures {
+		out := make([]RoundFigures, len(vs))
+		for i, v := range vs {
+			out[i] = RoundFigures{Round: i, GrantsPerSec: v, HoldNs: 1.1e6}
+		}
+		return out
+	}
+	dl := roundsRow("dl", KindDlock, Handoff, rates(1000, 500, 1000)...)
+	peer := roundsRow("peer", KindPeer, Handoff, rates(500, 250, 450)...)
+	Finalize([]*Row{dl, peer}, pairTargets)
+	if dl.Peer != "peer" || dl.ToPeer == nil || dl.ToPeer.Median != 2 {
+		t.Errorf("peer %q, ToPeer = %+v; want peer and the per-round median 2 (the medians say 2.22)", dl.Peer, dl.ToPeer)
+	}
+	dlU := roundsRow("dl", KindDlock, Uncontended, uses(300, 900, 300)...)
+	peerU := roundsRow("peer", KindPeer, Uncontended, uses(100, 300, 120)...)
+	Finalize([]*Row{dlU, peerU}, pairTargets)
+	if dlU.ToPeer == nil || dlU.ToPeer.Median != 3 {
+		t.Errorf("uncontended ToPeer = %+v; want lock use over the peer's, per round: 3", dlU.ToPeer)
+	}
+}
+
+// TestFinalizeIdealFromMeasuredHoldAndFloor: the handoff ideal is built
+// from the hold each round really took and the floor's lock use on the
+// same server; a row without a floor gets none (null), not a guess.
+func TestFinalizeIdealFromMeasuredHoldAndFloor(t *testing.T) {
+	figs := []RoundFigures{
+		{Round: 0, GrantsPerSec: 700, HoldNs: 1.1e6},
+		{Round: 1, GrantsPerSec: 400, HoldNs: 1.9e6},
+		{Round: 2, GrantsPerSec: 720, HoldNs: 1.1e6},
+	}
+	dl := roundsRow("dl", KindDlock, Handoff, figs...)
+	floor := roundsRow("floor", KindFloor, Uncontended, uses(100_000, 100_000, 100_000)...)
+	mem := roundsRow("memory", KindDlock, Handoff, figs...)
+	Finalize([]*Row{dl, floor, mem}, pairTargets)
+	// 32 clients ask for more than one name can give: 1/(hold + 100 µs).
+	want := []float64{1 / 1.2e-3, 1 / 2.0e-3, 1 / 1.2e-3}
+	if dl.Ideal == nil || !near(dl.Ideal.Median, want[0]) || !near(dl.Ideal.Lo, want[1]) {
+		t.Errorf("ideal = %+v; want median %.1f/s (1.1 ms held + the floor's 100 µs), low %.1f/s", dl.Ideal, want[0], want[1])
+	}
+	if dl.ToIdeal == nil || !near(dl.ToIdeal.Median, 700/want[0]) || !near(dl.ToIdeal.Lo, 400/want[1]) {
+		t.Errorf("to ideal = %+v; want per round %.3f, %.3f, %.3f", dl.ToIdeal, 700/want[0], 400/want[1], 720/want[2])
+	}
+	if mem.Ideal != nil || mem.ToIdeal != nil {
+		t.Errorf("memory (no floor) got ideal %+v, %+v; want none", mem.Ideal, mem.ToIdeal)
+	}
+	b, err := json.Marshal(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"ideal_grants_per_sec":null`) || !strings.Contains(string(b), `"ratio_to_ideal":null`) {
+		t.Errorf("memory row's JSON does not say null for the ideal: %s", b)
+	}
+}
+
+// TestFinalizeWithoutRounds: rows measured once (no rounds) still get
+// their ratios, from the medians.
+func TestFinalizeWithoutRounds(t *testing.T) {
+	dl := &Row{Backend: "dl", Kind: KindDlock, Workload: Uncontended, P50: 300, ReleaseP50: 100, Grants: 1}
+	floor := &Row{Backend: "floor", Kind: KindFloor, Workload: Uncontended, P50: 150, ReleaseP50: 50, Grants: 1}
+	Finalize([]*Row{dl, floor}, pairTargets)
+	if dl.ToFloor == nil || dl.ToFloor.Median != 2 {
+		t.Errorf("ToFloor = %+v; want 2", dl.ToFloor)
+	}
+}

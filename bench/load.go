@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// NoisyLoad is the share of the machine's CPU (in %) that other
+// processes may use during a run before its figures are called noisy.
+const NoisyLoad = 10
+
+// LoadMeter measures the machine's load over a run, from Linux's /proc:
+// the one-minute load average and the CPU busy share at the start and at
+// the end, and how much of that CPU went to processes other than the
+// benchmark's own (this process, its client processes, and the servers
+// it measures with the children they spawn and reap).
+type LoadMeter struct {
+	roots []int
+	start loadSample
+	err   error
+}
+
+// loadSample is one reading of the machine's counters.
+type loadSample struct {
+	avg1        float64
+	busy, total uint64        // CPU time of the whole machine, in ticks (all CPUs)
+	ours        time.Duration // CPU time of the benchmark's process trees
+}
+
+// StartLoad takes the first reading. roots are the processes whose trees
+// are the benchmark's own besides this one (the servers' PIDs; 0s are
+// ignored: a server that runs elsewhere counts as another process only if
+// it runs on this machine).
+func StartLoad(roots ...int) *LoadMeter {
+	m := &LoadMeter{roots: []int{os.Getpid()}}
+	for _, r := range roots {
+		if r > 0 {
+			m.roots = append(m.roots, r)
+		}
+	}
+	m.start, m.err = m.sample()
+	return m
+}
+
+// Stop takes the second reading and returns the load between the two.
+func (m *LoadMeter) Stop() (*Load, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	end, err := m.sample()
+	if err != nil {
+		return nil, err
+	}
+	return loadBetween(m.start, end), nil
+}
+
+func (m *LoadMeter) sample() (loadSample, error) {
+	var s loadSample
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return s, fmt.Errorf("bench: machine load: %w", err)
+	}
+	if s.avg1, err = parseLoadavg(string(b)); err != nil {
+		return s, err
+	}
+	if b, err = os.ReadFile("/proc/stat"); err != nil {
+		return s, fmt.Errorf("bench: machine load: %w", err)
+	}
+	if s.busy, s.total, err = parseCPULine(string(b)); err != nil {
+		return s, err
+	}
+	if s.ours, err = treeCPU(m.roots...); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// loadBetween turns two readings into the figures of the report.
+func loadBetween(a, b loadSample) *Load {
+	l := &Load{Avg1Start: a.avg1, Avg1End: b.avg1}
+	if b.total <= a.total || b.busy < a.busy {
+		return l
+	}
+	total := float64(b.total - a.total)
+	busy := float64(b.busy - a.busy)
+	ours := (b.ours - a.ours).Seconds() * clockTicks
+	l.BusyPct = 100 * busy / total
+	l.OtherPct = 100 * max(busy-ours, 0) / total
+	return l
+}
+
+// parseLoadavg returns the one-minute load average of /proc/loadavg.
+func parseLoadavg(s string) (float64, error) {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return 0, errors.New("bench: machine load: empty /proc/loadavg")
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("bench: machine load: /proc/loadavg: %w", err)
+	}
+	return v, nil
+}
+
+// parseCPULine returns the busy and total CPU ticks of /proc/stat's
+// first line ("cpu  user nice system idle iowait irq softirq steal guest
+// guest_nice"): idle and iowait are not busy; guest time is already in
+// user and nice.
+func parseCPULine(stat string) (busy, total uint64, err error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("bench: machine load: /proc/stat starts with %q, want the cpu line", line)
+	}
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("bench: machine load: /proc/stat: %w", err)
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total, nil
+}
+
+// procTimes is a process's parent and CPU time from /proc/<pid>/stat.
+type procTimes struct {
+	ppid  int
+	ticks uint64 // utime + stime
+	child uint64 // cutime + cstime: its children that ended and were reaped
+}
+
+// readProcTimes reads /proc/<pid>/stat.
+func readProcTimes(pid int) (procTimes, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procTimes{}, err
+	}
+	// The command name is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procTimes{}, fmt.Errorf("bench: bad /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 15 {
+		return procTimes{}, fmt.Errorf("bench: short /proc/%d/stat", pid)
+	}
+	num := func(k int) uint64 { v, _ := strconv.ParseUint(f[k], 10, 64); return v }
+	ppid, _ := strconv.Atoi(f[1])
+	// Fields after the name, from 0: state ppid ... utime(11) stime(12) cutime(13) cstime(14).
+	return procTimes{ppid: ppid, ticks: num(11) + num(12), child: num(13) + num(14)}, nil
+}
+
+// treeCPU returns the CPU time (user + system) of the processes roots
+// and all their descendants, each counted once, with the children each
+// of them has reaped (a PostgreSQL server's ended connections, this
+// program's ended client processes). It fails only when no root can be
+// read.
+func treeCPU(roots ...int) (time.Duration, error) {
+	procs := map[int]procTimes{}
+	var firstErr error
+	for _, r := range roots {
+		pt, err := readProcTimes(r)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		procs[r] = pt
+	}
+	if len(procs) == 0 {
+		if firstErr == nil {
+			firstErr = errors.New("bench: no process to measure")
+		}
+		return 0, firstErr
+	}
+	isRoot := map[int]bool{}
+	for r := range procs {
+		isRoot[r] = true
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || isRoot[p] {
+			continue
+		}
+		if pt, err := readProcTimes(p); err == nil {
+			procs[p] = pt
+		}
+	}
+	ours := func(p int) bool {
+		for range 64 {
+			if isRoot[p] {
+				return true
+			}
+			pt, ok := procs[p]
+			if !ok {
+				return false
+			}
+			p = pt.ppid
+		}
+		return false
+	}
+	var total uint64
+	for p, pt := range procs {
+		if ours(p) {
+			total += pt.ticks + pt.child
+		}
+	}
+	return time.Duration(total) * time.Second / clockTicks, nil
+}

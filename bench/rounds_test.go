@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestRotationNeverAlwaysFollows: over the rounds of a workload, no
+// target always runs right after the same other one (it would inherit
+// that one's aftermath in every round), every round runs every target
+// once, and the first slot goes round the targets.
+func TestRotationNeverAlwaysFollows(t *testing.T) {
+	for n := 1; n <= 9; n++ {
+		for _, rounds := range []int{2, 3, 5, 15} {
+			follows := map[[2]int]int{} // (a, b): rounds in which b ran right after a
+			firsts := map[int]int{}
+			for r := range rounds {
+				order := Rotation(n, r)
+				sorted := slices.Sorted(slices.Values(order))
+				for i, v := range sorted {
+					if v != i {
+						t.Fatalf("Rotation(%d, %d) = %v: not every target once", n, r, order)
+					}
+				}
+				if n > 0 {
+					firsts[order[0]]++
+				}
+				for i := 1; i < n; i++ {
+					follows[[2]int{order[i-1], order[i]}]++
+				}
+			}
+			for pair, k := range follows {
+				if k == rounds {
+					t.Errorf("n=%d, %d rounds: target %d runs right after %d in every round", n, rounds, pair[1], pair[0])
+				}
+			}
+			if rounds >= n && n > 1 {
+				for i := range n {
+					if firsts[i] == 0 {
+						t.Errorf("n=%d, %d rounds: target %d never runs first", n, rounds, i)
+					}
+				}
+			}
+		}
+	}
+}
+
+// result makes a synthetic Result: grants per client over elapsed,
+// acquires of acq ns, releases of rel ns, holds of hold ns.
+func result(grants []uint64, elapsed time.Duration, acq, rel, hold int64) *Result {
+	res := &Result{Target: MemoryTarget(), Workload: Workload{Kind: Handoff, Clients: len(grants), Names: 1, Hold: time.Millisecond},
+		Acquire: newHist(), Release: newHist(), Handoff: newHist(), Hold: newHist(), Grants: grants, Elapsed: elapsed}
+	var n uint64
+	for _, g := range grants {
+		n += g
+	}
+	for range n {
+		record(res.Acquire, acq)
+		record(res.Release, rel)
+		record(res.Hold, hold)
+	}
+	return res
+}
+
+func near(a, b float64) bool { return a > b*0.99 && a < b*1.01 }
+
+// TestAggregateRoundsMergesAndSummarises: one row from the rounds of a
+// target: totals and percentiles over all rounds, rate and use as the
+// median of the rounds, each round's figures kept with its index, a
+// skipped round left out.
+func TestAggregateRoundsMergesAndSummarises(t *testing.T) {
+	rounds := []*Result{
+		result([]uint64{50, 50}, 100*time.Millisecond, 1000, 500, 1_100_000), // 1000/s
+		nil, // the target failed this round
+		result([]uint64{100, 100}, 100*time.Millisecond, 3000, 500, 1_200_000), // 2000/s
+		result([]uint64{30, 30}, 100*time.Millisecond, 2000, 500, 1_100_000),   // 600/s
+	}
+	rounds[3].Exclusion = 1
+	row := AggregateRounds(rounds)
+	if row == nil {
+		t.Fatal("AggregateRounds returned no row")
+	}
+	if row.Grants != 360 || row.Violations != 1 {
+		t.Errorf("grants %d, violations %d; want 360 and 1 (summed over rounds)", row.Grants, row.Violations)
+	}
+	if len(row.Rounds) != 3 || row.Rounds[0].Round != 0 || row.Rounds[1].Round != 2 || row.Rounds[2].Round != 3 {
+		t.Fatalf("rounds = %+v; want rounds 0, 2 and 3", row.Rounds)
+	}
+	if row.Rate == nil || row.Rate.Median != 1000 || row.Rate.Lo != 600 || row.Rate.Hi != 2000 || row.Rate.Rounds != 3 {
+		t.Errorf("rate = %+v; want median 1000 of [600, 2000] over 3 rounds", row.Rate)
+	}
+	if row.GrantsPerSec != 1000 {
+		t.Errorf("grants/s = %v; want the rate's median 1000, not the pooled %v", row.GrantsPerSec, 360/0.3)
+	}
+	if row.Use == nil || !near(row.Use.Median, 2500) {
+		t.Errorf("use = %+v; want the median of the rounds' acquire+release p50s, 2500 ns", row.Use)
+	}
+	// Merged: 200 of 360 acquires took 3000 ns.
+	if !near(float64(row.P50), 3000) || !near(float64(row.HoldNs), 1_100_000) && !near(float64(row.HoldNs), 1_200_000) {
+		t.Errorf("p50 = %d, hold = %d; want the merged histograms' 3000 ns and about 1.1–1.2 ms", row.P50, row.HoldNs)
+	}
+	if AggregateRounds([]*Result{nil, nil}) != nil {
+		t.Error("a target without any round got a row")
+	}
+}
