@@ -24,16 +24,28 @@
 // target. Each client is a separate user of the lock with its own
 // connection or session.
 //
-// # Workloads and the runner
+// # Workloads, rounds and the runner
 //
 // Plan returns the workloads (uncontended, many keys, handoff, fairness,
-// open loop). Runner.Run measures one target on one workload: it connects
-// every client, warms each up, reads the server's counters (Server.Sample:
-// Redis INFO commandstats, CPU time from /proc), runs the clients for the
-// workload's duration, reads the counters again and merges the clients'
-// HdrHistograms. With Runner.Procs > 1 the clients run in child processes
-// that re-execute the program (ChildMain must be called first thing in
-// main and in TestMain).
+// open loop). Every figure is measured in rounds, the targets taking
+// turns within each, so that a burst of load on the machine lands on all
+// of them alike:
+//
+//   - RunAlternating measures the uncontended workload with one client of
+//     every target open in one process, taking turns in short slices
+//     (Rotation order) over many rounds;
+//   - Runner.Run measures one target on one contended workload for one
+//     slice: it connects every client, warms every name, reads the
+//     server's counters (Server.Sample: Redis INFO commandstats, CPU time
+//     from /proc), runs the clients, reads the counters again and merges
+//     the clients' HdrHistograms. dlockbench runs every target one slice
+//     per round. With Runner.Procs > 1 the clients run in child processes
+//     that re-execute the program (ChildMain must be called first thing in
+//     main and in TestMain).
+//
+// AggregateRounds turns a target's rounds into a Row: percentiles from the
+// merged histograms, and each headline figure as the median of the rounds
+// with a confidence interval (internal/stats.MedianCI, order statistics).
 //
 // Every critical section goes through a Checker, shared by all processes
 // of a run through a memory-mapped file: it counts mutual-exclusion
@@ -42,14 +54,18 @@
 // from the holder's release call to the next holder's acquire returning on
 // one monotonic clock (Now: CLOCK_MONOTONIC, the same in every process).
 //
-// # Reports
+// # Reports and the verdict
 //
-// NewRow turns a Result into a Row; Finalize fills in the ratios to the
-// round trip, the floor, the ideal contended rate and the best peer from
-// the rows of the same run. Report writes the terminal table (WriteTable),
-// report.json, report.csv and index.html (WriteFiles). index.html draws
-// its charts with go-echarts and carries the ECharts library inline, so it
-// opens offline.
+// Finalize fills in the ratios to the round trip, the floor, the ideal
+// contended rate and the best peer, each paired per round and summarised
+// with an interval. Decide (DecideFaults with the fault suite's figures)
+// builds the Verdict: the winner of each workload or a tie, safety beside
+// speed, the seed articles' claims, a paragraph for a design document.
+// Report writes the verdict and the terminal tables (WriteText,
+// WriteTable), report.json (null for a figure that does not apply),
+// report.csv and index.html (WriteFiles). index.html opens with the
+// verdict and draws its charts as inline SVG (charts.go, svg.go): no
+// script, so it opens offline and prints.
 //
 // bench/README.md explains every column.
 package bench

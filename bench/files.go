@@ -102,10 +102,6 @@ type rowJSON struct {
 	// The curves are [quantile, ns] pairs; their names carry the unit.
 	Latency    [][2]float64 `json:"latency_percentiles_ns,omitempty"`
 	HandoffCDF [][2]float64 `json:"handoff_cdf_ns,omitempty"`
-	// OldLatency and OldHandoffCDF hide the Row's unitless names from
-	// the output, and read reports written under them.
-	OldLatency    json.RawMessage `json:"latency_percentiles,omitempty"`
-	OldHandoffCDF json.RawMessage `json:"handoff_cdf,omitempty"`
 }
 
 // capsJSON is driver.Capabilities with a unit in every numeric name and
@@ -229,14 +225,6 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 	r.ServerCmdsPerGrant, r.ServerCPUPerGrantNs = value(f.ServerCmdsPerGrant, -1), value(f.ServerCPUPerGrantNs, -1)
 	r.Caps = j.Caps.capabilities()
 	r.Latency, r.HandoffCDF = j.Latency, j.HandoffCDF
-	if r.Latency == nil && j.OldLatency != nil {
-		if err := json.Unmarshal(j.OldLatency, &r.Latency); err != nil {
-			return err
-		}
-	}
-	if r.HandoffCDF == nil && j.OldHandoffCDF != nil {
-		return json.Unmarshal(j.OldHandoffCDF, &r.HandoffCDF)
-	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,8 +122,22 @@ func TestFinalizeIdealFromMeasuredHoldAndFloor(t *testing.T) {
 	}
 	dl := roundsRow("dl", KindDlock, Handoff, figs...)
 	floor := roundsRow("floor", KindFloor, Uncontended, uses(100_000, 100_000, 100_000)...)
+	// The handover: the floor's release, then the next holder told (no
+	// round-trip row here: the floor's acquire stands in).
+	floor.P50, floor.ReleaseP50 = 60_000, 40_000
 	mem := roundsRow("memory", KindDlock, Handoff, figs...)
+	// A client that spins while it waits stretches its own holds: the
+	// ideal is built from the shortest hold of the round, not its own.
+	spinner := roundsRow("dl", KindDlock, Handoff, figs...)
+	spinner.Rounds = slices.Clone(figs)
+	for i := range spinner.Rounds {
+		spinner.Rounds[i].HoldNs += 0.5e6
+	}
 	Finalize([]*Row{dl, floor, mem}, pairTargets)
+	Finalize([]*Row{spinner, dl, floor}, pairTargets)
+	if spinner.Ideal == nil || dl.Ideal == nil || spinner.Ideal.Median != dl.Ideal.Median {
+		t.Errorf("ideal of a row with stretched holds %+v, of its neighbour %+v; want the same, from the shortest holds", spinner.Ideal, dl.Ideal)
+	}
 	// 32 clients ask for more than one name can give: 1/(hold + 100 µs).
 	want := []float64{1 / 1.2e-3, 1 / 2.0e-3, 1 / 1.2e-3}
 	if dl.Ideal == nil || !near(dl.Ideal.Median, want[0]) || !near(dl.Ideal.Lo, want[1]) {

@@ -104,8 +104,8 @@ type Row struct {
 
 	// Percentiles of acquire latency and the handoff CDF, for the charts:
 	// [quantile, ns] pairs.
-	Latency    [][2]float64 `json:"latency_percentiles,omitempty"`
-	HandoffCDF [][2]float64 `json:"handoff_cdf,omitempty"`
+	Latency    [][2]float64 `json:"latency_percentiles_ns,omitempty"`
+	HandoffCDF [][2]float64 `json:"handoff_cdf_ns,omitempty"`
 
 	// Skipped says why the row was not measured.
 	Skipped string `json:"skipped,omitempty"`
@@ -213,11 +213,15 @@ func NewRow(res *Result) *Row {
 		r.FailedPerGrant = float64(res.Failed) / float64(r.Grants)
 	}
 	r.ServerCmdsPerGrant, r.ServerCPUPerGrantNs = -1, -1
-	if r.Grants > 0 && res.Server.HasCommands {
-		r.ServerCmdsPerGrant = float64(res.Server.Commands) / float64(r.Grants)
+	sampled := r.Grants // the grants the server readings surround
+	if res.Server.Grants > 0 {
+		sampled = res.Server.Grants
 	}
-	if r.Grants > 0 && res.Server.HasCPU {
-		r.ServerCPUPerGrantNs = float64(res.Server.CPU) / float64(r.Grants)
+	if sampled > 0 && res.Server.HasCommands {
+		r.ServerCmdsPerGrant = float64(res.Server.Commands) / float64(sampled)
+	}
+	if sampled > 0 && res.Server.HasCPU {
+		r.ServerCPUPerGrantNs = float64(res.Server.CPU) / float64(sampled)
 	}
 	for _, p := range quantiles {
 		if res.Acquire.TotalCount() > 0 {
@@ -240,11 +244,12 @@ func NewRow(res *Result) *Row {
 // Ideal is the contended rate a perfect lock would reach on one name:
 // 1/(hold + gap) while a waiter is always ready, bounded by what the
 // clients ask for, clients/(hold + work + gap). gap is the shortest
-// handover the server allows: the release of one holder and the acquire
-// of the next, as the strategy's floor measured them on the same server
-// (a durable write where the floor's release is one). Finalize passes
-// the measured hold (time.Sleep(1ms) sleeps longer than 1 ms), so the
-// ideal is reachable, not a bound made out of reach by construction.
+// handover the server allows: Finalize passes the strategy's floor's
+// release, measured on the same server (a durable write where the
+// floor's release is one), plus one round trip to tell the next holder
+// (handoverGap), and the measured hold (time.Sleep(1ms) sleeps longer
+// than 1 ms; the shortest of the configuration's rows in that round), so
+// the ideal is reachable, not a bound made out of reach by construction.
 func Ideal(hold, work, gap time.Duration, clients int) float64 {
 	lockBound := 1 / (hold + gap).Seconds()
 	if clients <= 0 {
@@ -294,6 +299,7 @@ func Finalize(rows []*Row, targets []Target) {
 			uncontended[r.Backend] = r
 		}
 	}
+	holds := shortestHolds(rows)
 	for _, r := range rows {
 		if r.Skipped != "" {
 			continue
@@ -311,8 +317,8 @@ func Finalize(rows []*Row, targets []Target) {
 			r.ToFloor = pairRatio(r, floor, useOf)
 			r.ToRTT = pairRatio(r, rtt, useOf)
 		case Handoff, Fairness:
-			if r.FloorNs > 0 {
-				r.Ideal, r.ToIdeal = ideal(r, time.Duration(r.FloorNs))
+			if floor != nil {
+				r.Ideal, r.ToIdeal = ideal(r, handoverGap(floor, rtt), holds[r.Label])
 			}
 		}
 	}
@@ -385,11 +391,48 @@ func pairRatio(a, ref *Row, fig func(RoundFigures) float64) *stats.Interval {
 	return stats.MedianCI(xs, Confidence)
 }
 
+// handoverGap is the shortest handover the server allows: the floor's
+// release (a durable write where the release is one) and then one round
+// trip, the least a perfect lock needs to tell the next holder — a queued
+// waiter need not send its own acquire (ZooKeeper's fair recipe does not).
+// Without a round-trip row, the floor's acquire stands in for it.
+func handoverGap(floor, rtt *Row) time.Duration {
+	next := floor.P50
+	if rtt != nil {
+		next = rtt.useNs()
+	}
+	return time.Duration(floor.ReleaseP50 + next)
+}
+
+// shortestHolds returns, per workload configuration and round, the
+// shortest measured hold of any row: what the hold's sleep takes on this
+// machine. A client that spins while it waits stretches its own holds,
+// and an ideal from its own hold would flatter it.
+func shortestHolds(rows []*Row) map[string]map[int]float64 {
+	out := map[string]map[int]float64{}
+	for _, r := range rows {
+		for _, f := range r.Rounds {
+			if r.Skipped != "" || f.HoldNs <= 0 {
+				continue
+			}
+			m := out[r.Label]
+			if m == nil {
+				m = map[int]float64{}
+				out[r.Label] = m
+			}
+			if h, ok := m[f.Round]; !ok || f.HoldNs < h {
+				m[f.Round] = f.HoldNs
+			}
+		}
+	}
+	return out
+}
+
 // ideal is the ideal contended rate of a handoff or fairness row (see
-// Ideal), per round from that round's measured hold, and the row's rate
-// over it, paired per round. gap is the floor's median lock use on the
-// same server.
-func ideal(r *Row, gap time.Duration) (ideal, toIdeal *stats.Interval) {
+// Ideal), per round from that round's shortest measured hold (holds, by
+// round), and the row's rate over it, paired per round. gap is the
+// server's shortest handover (handoverGap).
+func ideal(r *Row, gap time.Duration, holds map[int]float64) (ideal, toIdeal *stats.Interval) {
 	nominal := time.Duration(0)
 	if h, err := time.ParseDuration(fmt.Sprint(r.Params["hold"])); err == nil {
 		nominal = h
@@ -401,7 +444,7 @@ func ideal(r *Row, gap time.Duration) (ideal, toIdeal *stats.Interval) {
 	clients := int(toFloat(r.Params["clients"]))
 	var ideals, ratios []float64
 	for _, f := range r.rounds() {
-		hold := time.Duration(f.HoldNs)
+		hold := time.Duration(holds[f.Round])
 		if hold <= 0 {
 			// No hold measured (none asked for, or a row built without
 			// one): the nominal hold.

@@ -60,6 +60,7 @@ func AggregateRounds(rounds []*Result) *Row {
 		}
 		merged.Server.Commands += res.Server.Commands
 		merged.Server.CPU += res.Server.CPU
+		merged.Server.Grants += res.Server.Grants
 		merged.Server.HasCommands = merged.Server.HasCommands && res.Server.HasCommands
 		merged.Server.HasCPU = merged.Server.HasCPU && res.Server.HasCPU
 	}

@@ -45,6 +45,10 @@ type ServerSample struct {
 	HasCommands bool
 	CPU         time.Duration
 	HasCPU      bool
+	// Grants is, in a delta, how many grants the readings surround when
+	// they do not surround all of a result's (RunAlternating reads them
+	// around some slices only); 0 means all of them.
+	Grants uint64
 }
 
 // ServerDelta is the server's work between two samples.
@@ -151,68 +155,7 @@ const clockTicks = 100
 // ProcessTreeCPU returns the CPU time (user + system) of process pid, its
 // reaped children, and its live descendants (PostgreSQL runs a process per
 // connection).
-func ProcessTreeCPU(pid int) (time.Duration, error) {
-	type proc struct {
-		ppid  int
-		ticks uint64 // utime + stime
-		child uint64 // cutime + cstime
-	}
-	read := func(p int) (proc, error) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			return proc{}, err
-		}
-		// The command name is in parentheses and may hold spaces.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			return proc{}, fmt.Errorf("bench: bad /proc/%d/stat", p)
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 15 {
-			return proc{}, fmt.Errorf("bench: short /proc/%d/stat", p)
-		}
-		num := func(k int) uint64 { v, _ := strconv.ParseUint(f[k], 10, 64); return v }
-		ppid, _ := strconv.Atoi(f[1])
-		// Fields after the name, from 0: state ppid ... utime(11) stime(12) cutime(13) cstime(14).
-		return proc{ppid: ppid, ticks: num(11) + num(12), child: num(13) + num(14)}, nil
-	}
-	root, err := read(pid)
-	if err != nil {
-		return 0, err
-	}
-	total := root.ticks + root.child
-	entries, _ := os.ReadDir("/proc")
-	procs := map[int]proc{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || p == pid {
-			continue
-		}
-		if pr, err := read(p); err == nil {
-			procs[p] = pr
-		}
-	}
-	isDesc := func(p int) bool {
-		for range 64 {
-			pr, ok := procs[p]
-			if !ok {
-				return false
-			}
-			if pr.ppid == pid {
-				return true
-			}
-			p = pr.ppid
-		}
-		return false
-	}
-	for p, pr := range procs {
-		if isDesc(p) {
-			total += pr.ticks
-		}
-	}
-	return time.Duration(total) * time.Second / clockTicks, nil
-}
+func ProcessTreeCPU(pid int) (time.Duration, error) { return treeCPU(pid) }
 
 // ReadSettings records the server settings that change results: Redis
 // persistence, ZooKeeper forceSync, PostgreSQL synchronous_commit and

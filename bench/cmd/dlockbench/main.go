@@ -11,7 +11,7 @@
 // Flags:
 //
 //	-quick          a run of under two minutes (shorter measurements, 3 rounds)
-//	-rounds N       rounds per workload (default 5, 3 with -quick): in each round
+//	-rounds N       rounds per workload (default 6, 3 with -quick): in each round
 //	                every target runs one slice of the workload, the targets
 //	                alternating, and every figure is the median of the rounds
 //	                with a confidence interval (95 % from 6 rounds on)
@@ -25,6 +25,9 @@
 //	-allow-missing  run without the backends whose server cannot start (by
 //	                default a server that cannot start ends the run with
 //	                status 1 and the reason)
+//	-faults FILE    the fault suite's faults.json (cd faults && go run
+//	                ./cmd/dlockchaos -out DIR): the safety table shows the
+//	                violations it measured ("not run" without it)
 //
 // See bench/README.md for what each column means.
 package main
@@ -75,6 +78,8 @@ type config struct {
 	progress bool
 	// allowMissing runs without the backends whose server cannot start.
 	allowMissing bool
+	// faults is the fault suite's faults.json, for the safety table.
+	faults string
 }
 
 // usageHead is the start of -help's text; the flags follow it.
@@ -120,8 +125,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.Var(&c.urls, "url", "a dlock URL to measure (repeatable); replaces the servers dlockbench starts")
 	fs.StringVar(&c.out, "out", "report", "report directory")
 	fs.Float64Var(&c.scale, "scale", 1, "multiply every measurement's duration")
-	fs.IntVar(&c.rounds, "rounds", 5, "rounds per workload, the targets alternating within each (default 3 with -quick)")
+	fs.IntVar(&c.rounds, "rounds", 6, "rounds per workload, the targets alternating within each (default 3 with -quick)")
 	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
+	fs.StringVar(&c.faults, "faults", "", "the fault suite's faults.json (written by faults/cmd/dlockchaos -out DIR) for the safety table's violations under faults")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -229,8 +235,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "dlockbench: %v (no load figures)\n", err)
 	}
 	bench.Finalize(rows, env.targets)
+	if err := fillCaps(ctx, rows, env.targets); err != nil {
+		fmt.Fprintln(stderr, "dlockbench: safety table incomplete:", err)
+	}
+	var faults map[string]int
+	if cfg.faults != "" {
+		if faults, err = bench.LoadFaultReport(cfg.faults); err != nil {
+			return err
+		}
+	}
 	rep.Rows = rows
-	rep.Verdict = bench.Decide(rep)
+	rep.Verdict = bench.DecideFaults(rep, faults)
 	rep.Duration = time.Since(started).Round(time.Second)
 	rep.DurationS = rep.Duration.String()
 

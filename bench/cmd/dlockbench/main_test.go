@@ -124,7 +124,7 @@ func TestRoundsFlag(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want int
-	}{{nil, 5}, {[]string{"-quick"}, 3}, {[]string{"-quick", "-rounds", "7"}, 7}, {[]string{"-rounds", "2"}, 2}} {
+	}{{nil, 6}, {[]string{"-quick"}, 3}, {[]string{"-quick", "-rounds", "7"}, 7}, {[]string{"-rounds", "2"}, 2}} {
 		cfg, err := parseFlags(c.args, &bytes.Buffer{}, &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
