@@ -21,12 +21,18 @@ import (
 // every target alike, and round r of every target is the same stretch of
 // time, so ratios can be taken round by round.
 
-// AlternatingRounds is the suggested number of rounds for a full run:
-// with 15 rounds the order-statistic interval of the median at 95 % runs
-// from the 4th to the 12th of the sorted round values, so three unlucky
-// rounds at either end do not move it; fewer than 6 rounds cannot give 95 % at all. A quick run
-// may use 6.
-const AlternatingRounds = 15
+// AlternatingRounds is the number of rounds of a full run: with 30
+// rounds the order-statistic interval of the median at 95 % runs from the
+// 10th to the 21st of the sorted round values, so nine unlucky rounds at
+// either end do not move it. Rounds cost nothing extra here (the clients
+// stay open), and more of them matter on a machine whose state changes
+// every second or so: on this project's 2-CPU VM a client that hands
+// work to another goroutine on each operation (dlock's lease, redsync's
+// per-pool goroutines) runs at one of two speeds depending on where the
+// scheduler places it, and with 15 rounds the median of the ratios moved
+// by up to 19 % between two runs. Fewer than 6 rounds cannot give 95 % at
+// all.
+const AlternatingRounds = 30
 
 // sliceTime is the length of one target's turn. A turn through n targets
 // lasts about n × sliceTime (50 ms for the 25 targets of a full run, 10 ms

@@ -168,3 +168,16 @@ func TestFinalizeWithoutRounds(t *testing.T) {
 		t.Errorf("ToFloor = %+v; want 2", dl.ToFloor)
 	}
 }
+
+// TestFinalizeNoPeerRatioInTheOpenLoop: the open loop offers each target a
+// share of its own capacity, so a grants/s ratio between two targets
+// compares what they were offered; it is left out (null), not computed.
+func TestFinalizeNoPeerRatioInTheOpenLoop(t *testing.T) {
+	rates := []RoundFigures{{Round: 0, GrantsPerSec: 900}, {Round: 1, GrantsPerSec: 1000}}
+	dl := roundsRow("dl", KindDlock, OpenLoop, rates...)
+	peer := roundsRow("peer", KindPeer, OpenLoop, rates...)
+	Finalize([]*Row{dl, peer}, pairTargets)
+	if dl.ToPeer != nil || dl.Peer != "" {
+		t.Errorf("open loop: peer %q, ToPeer %+v; want none", dl.Peer, dl.ToPeer)
+	}
+}

@@ -323,8 +323,11 @@ func Finalize(rows []*Row, targets []Target) {
 		}
 	}
 	// Peers: the best peer on the same server and configuration, by median.
+	// Not in the open loop: each target is offered a share of its own
+	// capacity there, so two rows' grants/s compare offered rates, not
+	// locks.
 	for _, r := range rows {
-		if r.Skipped != "" || !(r.Kind == KindDlock || r.Kind == KindPeer) {
+		if r.Skipped != "" || !(r.Kind == KindDlock || r.Kind == KindPeer) || r.Workload == OpenLoop {
 			continue
 		}
 		var best *Row

@@ -120,7 +120,7 @@ func Plan(o PlanOptions) []Workload {
 	}
 	var ws []Workload
 	if want(Uncontended) {
-		ws = append(ws, Workload{Kind: Uncontended, Clients: 1, Names: 1, Duration: d(1500*time.Millisecond, 300*time.Millisecond)})
+		ws = append(ws, Workload{Kind: Uncontended, Clients: 1, Names: 1, Duration: d(3*time.Second, 300*time.Millisecond)})
 	}
 	if want(ManyKeys) {
 		for _, m := range mults {

@@ -95,7 +95,7 @@ Usage:
 Each workload runs in rounds (-rounds): in each round every target runs one
 short slice, the targets alternating, and each figure is the median of the
 rounds with a confidence interval (95 % from 6 rounds on; the uncontended
-workload runs at least 15 short rounds); ratios are paired per round.
+workload runs at least 30 short rounds); ratios are paired per round.
 
 Flags:
 `
