@@ -199,14 +199,10 @@ type alternate struct {
 	hasCommands, hasCPU, sampled bool
 }
 
-// The server's counters are read around the first slice of each target
-// in each round only: a reading scans /proc for the server's processes
-// (milliseconds), which around every 2 ms slice tripled the workload's
-// time and kept the machine busy between the timed operations. The
-// per-grant figures divide by the grants of the sampled slices
-// (ServerSample.Grants). Tests that use the readings as a probe of the
-// turn-taking set sampleEverySlice.
-var sampleEverySlice = false
+// The server's counters are read around every slice (the sampler the
+// caller passes should be cheap: dlockbench's lists the server's process
+// tree once a second, not at every reading); the per-grant figures divide
+// by the grants the readings surround (ServerSample.Grants).
 
 // openAlternates opens and warms one client per target, all at once (the
 // warm-up of one server does not wait for another's). A target that fails
@@ -344,7 +340,7 @@ func (a *alternate) slice(ctx context.Context, w Workload, goal time.Duration) e
 		return a.failed(ctx, err)
 	}
 	var before ServerSample
-	sampling := a.sample != nil && (sampleEverySlice || !a.sampled)
+	sampling := a.sample != nil
 	if sampling {
 		before = a.sample(ctx)
 	}

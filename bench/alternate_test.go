@@ -85,7 +85,6 @@ func uncontended(d time.Duration) Workload {
 // round, about the same measured time, in many short alternating slices,
 // with its server counters read around its own slices only.
 func TestAlternatingMeasuresEveryTargetInTurns(t *testing.T) {
-	sampleEverySlices(t)
 	memB := MemoryTarget()
 	memB.Name, memB.URL = "memory-b", "mem://dlockbench-alt-b"
 	ta, sa := altTarget(t, "alt-a")
@@ -196,7 +195,6 @@ func TestAlternatingFindsABrokenLock(t *testing.T) {
 // one that never grants are each reported; the others are measured in
 // every round.
 func TestAlternatingReportsFailuresAndMeasuresTheOthers(t *testing.T) {
-	sampleEverySlices(t)
 	oldConnect, oldGrace := connectTimeout, stopGrace
 	connectTimeout, stopGrace = 500*time.Millisecond, 200*time.Millisecond
 	defer func() { connectTimeout, stopGrace = oldConnect, oldGrace }()
@@ -405,11 +403,4 @@ func TestAlternatingOnRedis(t *testing.T) {
 		}
 		t.Logf("sequential run %d: redis ×floor %.3f (%s then %s, %v each)", run+1, u[0]/u[1], targets[0].Name, targets[1].Name, w.Duration)
 	}
-}
-
-// sampleEverySlices makes RunAlternating read the server counters around
-// every slice, for tests that count the readings to follow the turns.
-func sampleEverySlices(t *testing.T) {
-	sampleEverySlice = true
-	t.Cleanup(func() { sampleEverySlice = false })
 }

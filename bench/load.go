@@ -3,9 +3,12 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -164,6 +167,16 @@ func readProcTimes(pid int) (procTimes, error) {
 // program's ended client processes). It fails only when no root can be
 // read.
 func treeCPU(roots ...int) (time.Duration, error) {
+	procs, err := listTree(roots)
+	if err != nil {
+		return 0, err
+	}
+	return sumTicks(procs), nil
+}
+
+// listTree reads roots and every process descending from them (a scan of
+// all of /proc: milliseconds on a busy machine).
+func listTree(roots []int) (map[int]procTimes, error) {
 	procs := map[int]procTimes{}
 	var firstErr error
 	for _, r := range roots {
@@ -180,12 +193,13 @@ func treeCPU(roots ...int) (time.Duration, error) {
 		if firstErr == nil {
 			firstErr = errors.New("bench: no process to measure")
 		}
-		return 0, firstErr
+		return nil, firstErr
 	}
 	isRoot := map[int]bool{}
 	for r := range procs {
 		isRoot[r] = true
 	}
+	all := map[int]procTimes{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
@@ -193,7 +207,7 @@ func treeCPU(roots ...int) (time.Duration, error) {
 			continue
 		}
 		if pt, err := readProcTimes(p); err == nil {
-			procs[p] = pt
+			all[p] = pt
 		}
 	}
 	ours := func(p int) bool {
@@ -201,7 +215,7 @@ func treeCPU(roots ...int) (time.Duration, error) {
 			if isRoot[p] {
 				return true
 			}
-			pt, ok := procs[p]
+			pt, ok := all[p]
 			if !ok {
 				return false
 			}
@@ -209,11 +223,57 @@ func treeCPU(roots ...int) (time.Duration, error) {
 		}
 		return false
 	}
-	var total uint64
-	for p, pt := range procs {
+	for p, pt := range all {
 		if ours(p) {
-			total += pt.ticks + pt.child
+			procs[p] = pt
 		}
 	}
-	return time.Duration(total) * time.Second / clockTicks, nil
+	return procs, nil
+}
+
+func sumTicks(procs map[int]procTimes) time.Duration {
+	var total uint64
+	for _, pt := range procs {
+		total += pt.ticks + pt.child
+	}
+	return time.Duration(total) * time.Second / clockTicks
+}
+
+// cachedTree reads the CPU time of a process tree whose members change
+// rarely: the tree is listed from /proc at most once per treeTTL, and in
+// between only its known members are read (one small file each). A
+// process that joined since the last listing is missed until the next;
+// one that ended is counted in its parent's reaped children.
+type cachedTree struct {
+	mu   sync.Mutex
+	at   time.Time
+	pids []int
+}
+
+// treeTTL is how long a listing of a process tree is reused.
+const treeTTL = time.Second
+
+func (c *cachedTree) cpu(root int) (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pids == nil || time.Since(c.at) > treeTTL {
+		procs, err := listTree([]int{root})
+		if err != nil {
+			return 0, err
+		}
+		c.pids, c.at = slices.Collect(maps.Keys(procs)), time.Now()
+		return sumTicks(procs), nil
+	}
+	procs := map[int]procTimes{}
+	for _, p := range c.pids {
+		pt, err := readProcTimes(p)
+		if err != nil {
+			if p == root {
+				return 0, err
+			}
+			continue // ended: its parent counts it once reaped
+		}
+		procs[p] = pt
+	}
+	return sumTicks(procs), nil
 }

@@ -107,3 +107,37 @@ func TestLoadOnRealProc(t *testing.T) {
 		t.Error("treeCPU of no readable process did not fail")
 	}
 }
+
+// TestCachedTreeFollowsTheTree: the cached reading of a process tree agrees
+// with a full listing, and grows with the CPU the tree burns between two
+// readings of one listing.
+func TestCachedTreeFollowsTheTree(t *testing.T) {
+	var c cachedTree
+	first, err := c.cpu(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := treeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := full - first; d < 0 || d > 200*time.Millisecond {
+		t.Errorf("cached %v, full listing %v", first, full)
+	}
+	listed := c.at
+	for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); {
+	}
+	again, err := c.cpu(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.at != listed {
+		t.Errorf("listed again after %v, within treeTTL", time.Since(listed))
+	}
+	if again-first < 50*time.Millisecond {
+		t.Errorf("150 ms of spinning: CPU %v → %v", first, again)
+	}
+	if _, err := (&cachedTree{}).cpu(1 << 30); err == nil {
+		t.Error("a process that does not exist: no error")
+	}
+}

@@ -146,7 +146,7 @@ func (m *measurer) show(what string, d time.Duration) {
 func (m *measurer) alternate(ctx context.Context, w bench.Workload) []*bench.Row {
 	targets := m.targets(w.Kind)
 	m.show(fmt.Sprintf("%d targets · %s", len(targets), w.Label()), time.Duration(len(targets))*(w.Duration+runOverhead))
-	sample := func(t bench.Target) func(context.Context) bench.ServerSample { return sampler(m.e, t) }
+	sample := func(t bench.Target) func(context.Context) bench.ServerSample { return sampler(m.e, t, true) }
 	results, why, err := bench.RunAlternating(ctx, targets, w, m.altRounds(), sample)
 	var rows []*bench.Row
 	for _, t := range targets {
@@ -196,7 +196,7 @@ func (m *measurer) contended(ctx context.Context, w bench.Workload) []*bench.Row
 			if w.Kind == bench.OpenLoop {
 				tw.Rate = w.Load * m.capacity[t.Name]
 			}
-			res, err := m.r.Run(ctx, t, tw, sampler(m.e, t))
+			res, err := m.r.Run(ctx, t, tw, sampler(m.e, t, false))
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -279,8 +279,10 @@ func (m *measurer) aggregate(t bench.Target, w bench.Workload, rounds []*bench.R
 	return row
 }
 
-// sampler returns the server-counter reader of t's server, or nil.
-func sampler(e *env, t bench.Target) func(context.Context) bench.ServerSample {
+// sampler returns the server-counter reader of t's server, or nil;
+// steady for a stretch in which the clients stay connected
+// (Server.SampleSteady).
+func sampler(e *env, t bench.Target, steady bool) func(context.Context) bench.ServerSample {
 	s := e.byID[t.Server]
 	if s == nil {
 		return nil
@@ -288,6 +290,9 @@ func sampler(e *env, t bench.Target) func(context.Context) bench.ServerSample {
 	return func(ctx context.Context) bench.ServerSample {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
+		if steady {
+			return s.SampleSteady(sctx)
+		}
 		return s.Sample(sctx)
 	}
 }
