@@ -85,6 +85,7 @@ func uncontended(d time.Duration) Workload {
 // round, about the same measured time, in many short alternating slices,
 // with its server counters read around its own slices only.
 func TestAlternatingMeasuresEveryTargetInTurns(t *testing.T) {
+	sampleEverySlice(t)
 	memB := MemoryTarget()
 	memB.Name, memB.URL = "memory-b", "mem://dlockbench-alt-b"
 	ta, sa := altTarget(t, "alt-a")
@@ -195,6 +196,7 @@ func TestAlternatingFindsABrokenLock(t *testing.T) {
 // one that never grants are each reported; the others are measured in
 // every round.
 func TestAlternatingReportsFailuresAndMeasuresTheOthers(t *testing.T) {
+	sampleEverySlice(t)
 	oldConnect, oldGrace := connectTimeout, stopGrace
 	connectTimeout, stopGrace = 500*time.Millisecond, 200*time.Millisecond
 	defer func() { connectTimeout, stopGrace = oldConnect, oldGrace }()
@@ -403,4 +405,11 @@ func TestAlternatingOnRedis(t *testing.T) {
 		}
 		t.Logf("sequential run %d: redis ×floor %.3f (%s then %s, %v each)", run+1, u[0]/u[1], targets[0].Name, targets[1].Name, w.Duration)
 	}
+}
+
+// sampleEverySlice makes RunAlternating read the server counters around
+// every slice, for tests that count the readings to follow the turns.
+func sampleEverySlice(t *testing.T) {
+	sampleEvery = 1
+	t.Cleanup(func() { sampleEvery = 4 })
 }
