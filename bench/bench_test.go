@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -239,19 +238,11 @@ func TestReportFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got struct {
-		Rows []map[string]any `json:"rows"`
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if len(got.Rows) != len(rep.Rows) {
-		t.Fatalf("report.json has %d rows, want %d", len(got.Rows), len(rep.Rows))
-	}
+	rows := decodeRows(t, b, len(rep.Rows))
 	for _, f := range []string{"backend", "workload", "params", "p50_ns", "p99_ns", "p999_ns", "grants_per_sec",
 		"ideal_grants_per_sec", "baseline_rtt_ns", "floor_ns", "ratio_to_floor", "handoff_p50_ns", "jain",
 		"max_wait_ns", "violations"} {
-		if _, ok := got.Rows[0][f]; !ok {
+		if _, ok := rows[0][f]; !ok {
 			t.Errorf("report.json rows lack field %q", f)
 		}
 	}

@@ -54,9 +54,9 @@ type Row struct {
 	// time.Sleep(1ms) sleeps longer than 1 ms).
 	HoldNs int64 `json:"hold_ns"`
 	// Ideal is the contended rate a perfect lock would reach on one hot
-	// name, from the measured hold and the floor's measured release and
-	// acquire on the same server (see Ideal); ToIdeal is this row's rate
-	// over it, paired per round.
+	// name, from the measured hold and the floor's measured release plus
+	// one round trip on the same server (see Ideal); ToIdeal is this
+	// row's rate over it, paired per round.
 	Ideal   *stats.Interval `json:"ideal_grants_per_sec"`
 	ToIdeal *stats.Interval `json:"ratio_to_ideal"`
 
