@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func FuzzMillis(f *testing.F) {
 	})
 }
 
-// TestTTLRange: every deployment declares [dlock.MinTTL, MaxTTL]; a lease
+// TestTTLRange: every deployment declares [dlock.MinTTL, MaxTTL] (Redlock
+// [redlockMinTTL, MaxTTL]: its quorum must fit in the validity); a lease
 // of MaxTTL without keep-alive is held on the server with a PTTL of about
 // MaxTTL (no overflow, no Lua error) and excludes others; MaxTTL+1ns and
 // the largest Duration are refused before any server call;.
@@ -56,8 +58,12 @@ func TestTTLRange(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
 		ctx := testCtx(t)
 		a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
-		if c := a.Capabilities(); c.MinTTL != dlock.MinTTL || c.MaxTTL != MaxTTL {
-			t.Fatalf("Capabilities TTL range [%v, %v], want [%v, %v]", c.MinTTL, c.MaxTTL, dlock.MinTTL, MaxTTL)
+		wantMin := dlock.MinTTL
+		if strings.HasPrefix(tg.url, "redlock://") {
+			wantMin = redlockMinTTL
+		}
+		if c := a.Capabilities(); c.MinTTL != wantMin || c.MaxTTL != MaxTTL {
+			t.Fatalf("Capabilities TTL range [%v, %v], want [%v, %v]", c.MinTTL, c.MaxTTL, wantMin, MaxTTL)
 		}
 		name := uniqueName(t)
 		for _, ttl := range []time.Duration{MaxTTL + 1, time.Duration(math.MaxInt64)} {
@@ -92,7 +98,7 @@ func TestTTLRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer drv.Close()
-		if c := drv.Capabilities(); c.MinTTL != dlock.MinTTL || c.MaxTTL != MaxTTL {
+		if c := drv.Capabilities(); c.MinTTL != wantMin || c.MaxTTL != MaxTTL {
 			t.Errorf("driver TTL range [%v, %v]", c.MinTTL, c.MaxTTL)
 		}
 	})
