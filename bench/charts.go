@@ -398,7 +398,7 @@ func manyKeysFacet() facet {
 		id:    "manykeys",
 		title: "Many keys: throughput with little contention",
 		caption: "4× and 16× GOMAXPROCS clients, 10 000 names chosen uniformly, closed loop. Grants/s, median over the rounds with " +
-			"its interval; the right-hand column is the rate over the best peer library's on the same server.",
+			"its interval; the right-hand column is the rate over the best peer library's on the same server, round by round.",
 		rows:  func(r *Row) bool { return r.Workload == ManyKeys && contends(r) },
 		group: func(r *Row) string { return fmt.Sprintf("%v clients", r.Params["clients"]) },
 		toBar: func(r *Row) (chartBar, string) {

@@ -111,6 +111,44 @@ func TestFinalizePeersPerRound(t *testing.T) {
 	}
 }
 
+// TestFinalizeBestPeerPerRound: two peers that tie trade places from
+// round to round; a row is compared with the best of them in each round,
+// so its ratio does not jump with whichever peer's median came out ahead
+// (which, run to run, is a coin toss). Against one peer chosen by its
+// median, the ratio below would swing between 2 and 2.6 from round to
+// round; against the best of each round it is 2 in every one.
+func TestFinalizeBestPeerPerRound(t *testing.T) {
+	rates := func(vs ...float64) []RoundFigures {
+		out := make([]RoundFigures, len(vs))
+		for i, v := range vs {
+			out[i] = RoundFigures{Round: i, GrantsPerSec: v, HoldNs: 1.1e6}
+		}
+		return out
+	}
+	a := roundsRow("peer-a", KindPeer, Handoff, rates(1000, 1300, 1000, 1300, 1300)...)
+	b := roundsRow("peer-b", KindPeer, Handoff, rates(1300, 1000, 1300, 1000, 1000)...)
+	dl := roundsRow("dl", KindDlock, Handoff, rates(2600, 2600, 2600, 2600, 2600)...)
+	Finalize([]*Row{dl, a, b}, pairTargets)
+	if iv := dl.ToPeer; iv == nil || iv.Median != 2 || iv.Lo != 2 || iv.Hi != 2 {
+		t.Errorf("ToPeer = %+v; want exactly 2: the best peer of each round did 1300", iv)
+	}
+	if dl.Peer != "peer-a" {
+		t.Errorf("Peer = %q; want peer-a, the best in 3 rounds of 5", dl.Peer)
+	}
+	// A peer is compared with the other peers, never with itself.
+	if iv := a.ToPeer; iv == nil || iv.Median != 1.3 || b.Peer != "peer-a" || a.Peer != "peer-b" {
+		t.Errorf("peer-a ToPeer = %+v (over %q), peer-b over %q; want 1.3 over peer-b and peer-b over peer-a", iv, a.Peer, b.Peer)
+	}
+	// Uncontended: lower lock use is better.
+	ua := roundsRow("peer-a", KindPeer, Uncontended, uses(100, 130, 100)...)
+	ub := roundsRow("peer-b", KindPeer, Uncontended, uses(130, 100, 130)...)
+	udl := roundsRow("dl", KindDlock, Uncontended, uses(150, 150, 150)...)
+	Finalize([]*Row{udl, ua, ub}, pairTargets)
+	if iv := udl.ToPeer; iv == nil || iv.Median != 1.5 || iv.Lo != 1.5 || iv.Hi != 1.5 || udl.Peer != "peer-a" {
+		t.Errorf("uncontended ToPeer = %+v over %q; want exactly 1.5 over the fastest peer of each round (peer-a: 2 rounds of 3)", iv, udl.Peer)
+	}
+}
+
 // TestFinalizeIdealFromMeasuredHoldAndFloor: the handoff ideal is built
 // from the hold each round really took and the floor's lock use on the
 // same server; a row without a floor gets none (null), not a guess.

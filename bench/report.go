@@ -70,11 +70,11 @@ type Row struct {
 	FloorNs int64           `json:"floor_ns"`
 	ToFloor *stats.Interval `json:"ratio_to_floor"`
 	ToRTT   *stats.Interval `json:"ratio_to_rtt"`
-	// Peer is the best peer library on the same server for this workload
-	// (lowest lock use uncontended, highest grants/s otherwise), and
-	// ToPeer this row over it, paired per round (lock use ratio
-	// uncontended: lower is better; grants/s ratio otherwise: higher is
-	// better).
+	// Peer is the peer library on the same server that did best in most
+	// rounds of this workload (lowest lock use uncontended, highest
+	// grants/s otherwise), and ToPeer this row over the best peer of each
+	// round, paired per round (lock use ratio uncontended: lower is
+	// better; grants/s ratio otherwise: higher is better).
 	Peer   string          `json:"peer,omitempty"`
 	ToPeer *stats.Interval `json:"ratio_to_peer"`
 
@@ -322,34 +322,90 @@ func Finalize(rows []*Row, targets []Target) {
 			}
 		}
 	}
-	// Peers: the best peer on the same server and configuration, by median.
-	// Not in the open loop: each target is offered a share of its own
-	// capacity there, so two rows' grants/s compare offered rates, not
-	// locks.
+	// Peers: in each round, the best peer on the same server and
+	// configuration that round (the peers of a workload run in the same
+	// rounds). Two peers that tie trade places from round to round and run
+	// to run; the best of each round is a reference that does not jump
+	// when they do (and the strictest one: a row is compared with whichever
+	// peer did best beside it). Not in the open loop: each target is
+	// offered a share of its own capacity there, so two rows' grants/s
+	// compare offered rates, not locks.
 	for _, r := range rows {
 		if r.Skipped != "" || !(r.Kind == KindDlock || r.Kind == KindPeer) || r.Workload == OpenLoop {
 			continue
 		}
-		var best *Row
+		var peers []*Row
 		for _, p := range rows {
-			if p.Kind != KindPeer || p == r || p.Server != r.Server || p.Label != r.Label || p.Skipped != "" || p.Grants == 0 {
-				continue
+			if p.Kind == KindPeer && p != r && p.Server == r.Server && p.Label == r.Label && p.Skipped == "" && p.Grants > 0 {
+				peers = append(peers, p)
 			}
-			if best == nil || (r.Workload == Uncontended && p.useNs() < best.useNs()) ||
-				(r.Workload != Uncontended && p.GrantsPerSec > best.GrantsPerSec) {
+		}
+		if len(peers) == 0 {
+			continue
+		}
+		fig, better := rateOf, func(a, b float64) bool { return a > b }
+		if r.Workload == Uncontended {
+			fig, better = useOf, func(a, b float64) bool { return a < b }
+		}
+		best, name := bestPerRound(peers, fig, better)
+		r.Peer = name
+		r.ToPeer = pairRatio(r, best, fig)
+	}
+}
+
+// bestPerRound returns a row whose rounds are, round by round, the best
+// figure among peers (by better), and the name of the peer that was best
+// in the most rounds (ties: the better median). Rows measured once count
+// as one round.
+func bestPerRound(peers []*Row, fig func(RoundFigures) float64, better func(a, b float64) bool) (*Row, string) {
+	if slices.ContainsFunc(peers, func(p *Row) bool { return len(p.Rounds) == 0 }) {
+		best := peers[0]
+		for _, p := range peers[1:] {
+			if better(med(p, fig), med(best, fig)) {
 				best = p
 			}
 		}
-		if best == nil {
-			continue
-		}
-		r.Peer = best.Backend
-		if r.Workload == Uncontended {
-			r.ToPeer = pairRatio(r, best, useOf)
-		} else {
-			r.ToPeer = pairRatio(r, best, rateOf)
+		return best, best.Backend
+	}
+	type pick struct {
+		f   RoundFigures
+		row *Row
+	}
+	byRound := map[int]pick{}
+	for _, p := range peers {
+		for _, f := range p.Rounds {
+			if fig(f) <= 0 {
+				continue
+			}
+			if b, ok := byRound[f.Round]; !ok || better(fig(f), fig(b.f)) {
+				byRound[f.Round] = pick{f, p}
+			}
 		}
 	}
+	wins := map[*Row]int{}
+	out := &Row{}
+	for _, b := range byRound {
+		out.Rounds = append(out.Rounds, b.f)
+		wins[b.row]++
+	}
+	var top *Row
+	for _, p := range peers {
+		if top == nil || wins[p] > wins[top] || (wins[p] == wins[top] && better(med(p, fig), med(top, fig))) {
+			top = p
+		}
+	}
+	return out, top.Backend
+}
+
+// med is the median of a row's per-round figure (its one figure when it
+// was measured once).
+func med(r *Row, fig func(RoundFigures) float64) float64 {
+	rounds := r.rounds()
+	xs := make([]float64, len(rounds))
+	for i, f := range rounds {
+		xs[i] = fig(f)
+	}
+	return stats.MedianCI(xs, Confidence).Median
 }
 
 func useOf(f RoundFigures) float64  { return f.UseNs }

@@ -49,10 +49,17 @@ type measurer struct {
 // slice, in the order bench.Rotation gives, so that the targets of a
 // workload alternate and noise that slows a round slows all of them
 // (Finalize pairs their ratios per round). The uncontended workload
-// alternates its targets within one process (bench.RunAlternating); the
-// contended ones run a slice of Duration/rounds (at least minSlice) per
-// target and round through the Runner. One row per target and workload
-// aggregates its rounds (bench.AggregateRounds).
+// alternates its targets within one process (bench.RunAlternating). The
+// contended ones (but the open loop) run round by round together: round
+// r of every one of them, in Rotation order, before round r+1 of any, so
+// that each workload's rounds are spread over the whole run and a server
+// that drifts over minutes (a JVM's compiler, a cache, the host's other
+// tenants) shows in the intervals instead of moving one workload's
+// figures between runs. Each target runs a slice of Duration/rounds (at
+// least minSlice) per round through the Runner. The open loops run last,
+// each on its own, from the capacities the many-keys workload measured.
+// One row per target and workload aggregates its rounds
+// (bench.AggregateRounds).
 func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r *bench.Runner, stderr io.Writer) ([]*bench.Row, error) {
 	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds,
 		pb: &progress{w: stderr, on: cfg.progress, start: time.Now()}, capacity: map[string]float64{}, broken: map[string]string{}}
@@ -60,25 +67,57 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 	if !cfg.progress {
 		fmt.Fprintf(stderr, "dlockbench: %d workloads × %d rounds, %d runs, about %v\n", len(plan), m.rounds, m.steps, m.total.Round(time.Second))
 	}
-	var rows []*bench.Row
-	lastKind := ""
-	for _, w := range plan {
+	say := func(format string, args ...any) {
+		if !cfg.progress {
+			fmt.Fprintf(stderr, "dlockbench: "+format+" (%s)\n", append(args, time.Now().Format("15:04:05"))...)
+		}
+	}
+	out := make([][]*bench.Row, len(plan)) // by plan index: the report keeps the plan's order
+	var together []*contention
+	for i, w := range plan {
 		if ctx.Err() != nil {
 			break
 		}
-		if w.Kind != lastKind && !cfg.progress {
-			fmt.Fprintf(stderr, "dlockbench: %s (%s)\n", w.Kind, time.Now().Format("15:04:05"))
-			lastKind = w.Kind
+		switch w.Kind {
+		case bench.Uncontended:
+			say("%s", w.Kind)
+			out[i] = m.alternate(ctx, w)
+		case bench.OpenLoop:
+		default:
+			together = append(together, m.begin(i, w))
 		}
-		var out []*bench.Row
-		if w.Kind == bench.Uncontended {
-			out = m.alternate(ctx, w)
-		} else {
-			out = m.contended(ctx, w)
+	}
+	if len(together) > 0 {
+		for round := range m.rounds {
+			if ctx.Err() != nil {
+				break
+			}
+			say("contended workloads, round %d of %d", round+1, m.rounds)
+			for _, j := range bench.Rotation(len(together), round) {
+				m.runRound(ctx, together[j], round)
+			}
 		}
-		rows = append(rows, out...)
+		for _, c := range together {
+			out[c.index] = m.finish(c)
+		}
+	}
+	for i, w := range plan {
+		if w.Kind != bench.OpenLoop || ctx.Err() != nil {
+			continue
+		}
+		say("%s", w.Label())
+		c := m.begin(i, w)
+		m.probe(ctx, c.targets, c.sw, c.skipped)
+		for round := range m.rounds {
+			m.runRound(ctx, c, round)
+		}
+		out[i] = m.finish(c)
 	}
 	m.pb.clear()
+	var rows []*bench.Row
+	for _, o := range out {
+		rows = append(rows, o...)
+	}
 	if err := ctx.Err(); err != nil && len(rows) == 0 {
 		return nil, err
 	}
@@ -164,65 +203,77 @@ func (m *measurer) alternate(ctx context.Context, w bench.Workload) []*bench.Row
 	return rows
 }
 
-// contended measures a contended workload: rounds × every target, one
-// slice each, in Rotation order.
-func (m *measurer) contended(ctx context.Context, w bench.Workload) []*bench.Row {
-	targets := m.targets(w.Kind)
-	sw := w
-	sw.Duration = m.slice(w)
-	skipped := map[string]string{} // target → why it has no row
-	for _, t := range targets {
-		if why, ok := m.broken[t.Name]; ok {
-			skipped[t.Name] = "not run after an earlier failure: " + why
+// contention is one contended workload being measured round by round.
+type contention struct {
+	index   int // in the plan
+	w       bench.Workload
+	sw      bench.Workload // w with one round's slice as its Duration
+	targets []bench.Target
+	skipped map[string]string          // target → why it has no row
+	results map[string][]*bench.Result // target → its rounds (nil where one failed)
+	failed  map[string][]string        // target → the errors of its failed rounds
+}
+
+// begin prepares a contended workload's rounds.
+func (m *measurer) begin(index int, w bench.Workload) *contention {
+	c := &contention{index: index, w: w, sw: w, targets: m.targets(w.Kind),
+		skipped: map[string]string{}, results: map[string][]*bench.Result{}, failed: map[string][]string{}}
+	c.sw.Duration = m.slice(w)
+	return c
+}
+
+// runRound runs one round of a contended workload: every target one
+// slice, in Rotation order.
+func (m *measurer) runRound(ctx context.Context, c *contention, round int) {
+	w, sw := c.w, c.sw
+	for _, i := range bench.Rotation(len(c.targets), round) {
+		t := c.targets[i]
+		if why, ok := m.broken[t.Name]; ok && c.skipped[t.Name] == "" {
+			c.skipped[t.Name] = "not run after an earlier failure: " + why
 		}
-	}
-	if w.Kind == bench.OpenLoop {
-		m.probe(ctx, targets, sw, skipped)
-	}
-	results := map[string][]*bench.Result{}
-	failed := map[string][]string{} // target → the errors of its failed rounds
-	for round := range m.rounds {
-		for _, i := range bench.Rotation(len(targets), round) {
-			t := targets[i]
-			if _, ok := skipped[t.Name]; ok {
-				m.show(t.Name+" · "+w.Label(), sw.Duration+runOverhead)
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			m.show(fmt.Sprintf("%s · %s · round %d/%d", t.Name, w.Label(), round+1, m.rounds), sw.Duration+runOverhead)
-			tw := sw
-			if w.Kind == bench.OpenLoop {
-				tw.Rate = w.Load * m.capacity[t.Name]
-			}
-			res, err := m.r.Run(ctx, t, tw, sampler(m.e, t, false))
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				failed[t.Name] = append(failed[t.Name], fmt.Sprintf("round %d: %v", round+1, err))
-				if errors.Is(err, bench.ErrStuck) {
-					// Each further run would wait out the same timeouts.
-					m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
-					skipped[t.Name] = err.Error()
-				}
-				continue
-			}
-			if results[t.Name] == nil {
-				results[t.Name] = make([]*bench.Result, m.rounds)
-			}
-			results[t.Name][round] = res
-		}
-	}
-	var rows []*bench.Row
-	for _, t := range targets {
-		if why, ok := skipped[t.Name]; ok {
-			rows = append(rows, bench.SkippedRow(t, w, why))
+		if _, ok := c.skipped[t.Name]; ok {
+			m.show(t.Name+" · "+w.Label(), sw.Duration+runOverhead)
 			continue
 		}
-		row := m.aggregate(t, sw, results[t.Name], failed[t.Name])
-		if row.Skipped == "" && w.Kind == bench.ManyKeys && w.Clients == capClients() {
+		if ctx.Err() != nil {
+			return
+		}
+		m.show(fmt.Sprintf("%s · %s · round %d/%d", t.Name, w.Label(), round+1, m.rounds), sw.Duration+runOverhead)
+		tw := sw
+		if w.Kind == bench.OpenLoop {
+			tw.Rate = w.Load * m.capacity[t.Name]
+		}
+		res, err := m.r.Run(ctx, t, tw, sampler(m.e, t, false))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.failed[t.Name] = append(c.failed[t.Name], fmt.Sprintf("round %d: %v", round+1, err))
+			if errors.Is(err, bench.ErrStuck) {
+				// Each further run would wait out the same timeouts.
+				m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
+				c.skipped[t.Name] = err.Error()
+			}
+			continue
+		}
+		if c.results[t.Name] == nil {
+			c.results[t.Name] = make([]*bench.Result, m.rounds)
+		}
+		c.results[t.Name][round] = res
+	}
+}
+
+// finish makes the rows of a contended workload from the rounds it ran
+// (an interrupted run ran fewer).
+func (m *measurer) finish(c *contention) []*bench.Row {
+	var rows []*bench.Row
+	for _, t := range c.targets {
+		if why, ok := c.skipped[t.Name]; ok {
+			rows = append(rows, bench.SkippedRow(t, c.w, why))
+			continue
+		}
+		row := m.aggregate(t, c.sw, c.results[t.Name], c.failed[t.Name])
+		if row.Skipped == "" && c.w.Kind == bench.ManyKeys && c.w.Clients == capClients() {
 			m.capacity[t.Name] = bench.Med(row.Rate)
 		}
 		rows = append(rows, row)
