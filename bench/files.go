@@ -269,7 +269,7 @@ func headline(r *Row, f applicable) []*stats.Interval {
 	if r.Workload == Uncontended {
 		ivs = []*stats.Interval{f.Use, r.ToFloor, r.ToRTT, r.ToPeer}
 	} else {
-		ivs = []*stats.Interval{f.Rate, r.Ideal, r.ToIdeal, r.ToPeer}
+		ivs = []*stats.Interval{f.Rate, r.Ideal, r.ToIdeal, r.ToPeer, r.RoundP99}
 	}
 	out := ivs[:0]
 	for _, iv := range ivs {
@@ -297,6 +297,7 @@ var csvIntervals = []struct {
 	{"ratio_to_floor", func(r *Row, _ applicable) *stats.Interval { return r.ToFloor }},
 	{"ratio_to_rtt", func(r *Row, _ applicable) *stats.Interval { return r.ToRTT }},
 	{"ratio_to_peer", func(r *Row, _ applicable) *stats.Interval { return r.ToPeer }},
+	{"acquire_p99_of_rounds_ns", func(r *Row, _ applicable) *stats.Interval { return r.RoundP99 }},
 }
 
 // csvHeader returns report.csv's header: every numeric column's name

@@ -21,10 +21,6 @@ import (
 	"github.com/dlock-go/dlock/internal/stats"
 )
 
-// echartsJS stands in for the ECharts library the page no longer carries,
-// until TestReportFiles (bench_test.go) stops looking for it.
-var echartsJS = ""
-
 // chromium finds a headless browser, or skips (fails with
 // DLOCK_REQUIRE_BACKENDS=1) when there is none.
 func chromium(t *testing.T) string {

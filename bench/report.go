@@ -78,6 +78,11 @@ type Row struct {
 	Peer   string          `json:"peer,omitempty"`
 	ToPeer *stats.Interval `json:"ratio_to_peer"`
 
+	// RoundP99 is the median over the rounds of each round's acquire p99,
+	// with its interval: what the verdict ranks open loops by (P99, from
+	// the merged rounds, has no interval). Open loop only.
+	RoundP99 *stats.Interval `json:"acquire_p99_of_rounds_ns"`
+
 	// Caps is what the dlock driver declares (dlock rows only; nil for
 	// others), for the verdict's safety table.
 	Caps *driver.Capabilities `json:"capabilities,omitempty"`
@@ -120,6 +125,9 @@ type RoundFigures struct {
 	UseNs        float64
 	GrantsPerSec float64
 	HoldNs       float64
+	// P99Ns is the round's acquire p99 (the open loop's figure: latency
+	// from the intended start).
+	P99Ns float64
 }
 
 // useNs is the p50 cost of one uncontended lock use: Use's median when

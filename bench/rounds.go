@@ -26,7 +26,7 @@ func AggregateRounds(rounds []*Result) *Row {
 			continue
 		}
 		one := NewRow(res)
-		f := RoundFigures{Round: i, UseNs: float64(one.P50 + one.ReleaseP50), GrantsPerSec: one.GrantsPerSec}
+		f := RoundFigures{Round: i, UseNs: float64(one.P50 + one.ReleaseP50), GrantsPerSec: one.GrantsPerSec, P99Ns: float64(one.P99)}
 		if res.Hold != nil && res.Hold.TotalCount() > 0 {
 			f.HoldNs = float64(res.Hold.ValueAtQuantile(50))
 		}
@@ -79,6 +79,9 @@ func AggregateRounds(rounds []*Result) *Row {
 	row.Rate = stats.MedianCI(pick(func(r RoundFigures) float64 { return r.GrantsPerSec }), Confidence)
 	row.GrantsPerSec = row.Rate.Median
 	row.Use = stats.MedianCI(pick(func(r RoundFigures) float64 { return r.UseNs }), Confidence)
+	if row.Workload == OpenLoop {
+		row.RoundP99 = stats.MedianCI(pick(func(r RoundFigures) float64 { return r.P99Ns }), Confidence)
+	}
 	if merged.Hold.TotalCount() > 0 {
 		row.HoldNs = merged.Hold.ValueAtQuantile(50)
 	}

@@ -63,6 +63,24 @@ func result(grants []uint64, elapsed time.Duration, acq, rel, hold int64) *Resul
 	return res
 }
 
+// TestAggregateRoundsP99OfTheOpenLoop: an open-loop row carries the
+// median of its rounds' acquire p99s with an interval; other rows do not.
+func TestAggregateRoundsP99OfTheOpenLoop(t *testing.T) {
+	var rounds []*Result
+	for _, acq := range []int64{1_000_000, 3_000_000, 2_000_000} {
+		res := result([]uint64{50, 50}, 100*time.Millisecond, acq, 500, 0)
+		res.Workload = Workload{Kind: OpenLoop, Clients: 2, Names: 100, Load: 0.5}
+		rounds = append(rounds, res)
+	}
+	row := AggregateRounds(rounds)
+	if iv := row.RoundP99; iv == nil || !near(iv.Median, 2_000_000) || !near(iv.Lo, 1_000_000) || !near(iv.Hi, 3_000_000) || iv.Rounds != 3 {
+		t.Errorf("RoundP99 = %+v; want 2 ms [1, 3] over 3 rounds", iv)
+	}
+	if row := AggregateRounds([]*Result{result([]uint64{5}, time.Second, 100, 100, 0)}); row.RoundP99 != nil {
+		t.Errorf("a handoff row has RoundP99 %+v; want nil (null in report.json)", row.RoundP99)
+	}
+}
+
 func near(a, b float64) bool { return a > b*0.99 && a < b*1.01 }
 
 // TestAggregateRoundsMergesAndSummarises: one row from the rounds of a

@@ -172,10 +172,10 @@ func (rep *Report) WriteTable(w io.Writer) {
 					optional(f.FailedPerGrant, twoDecimals), viol(f)}
 			}
 		case OpenLoop:
-			head = []string{"offered/s", "grants/s", "lat p50", "lat p99", "lat p99.9", "max", "rel p50", "viol"}
+			head = []string{"offered/s", "grants/s", "lat p50", "lat p99", "round p99", "lat p99.9", "max", "rel p50", "viol"}
 			cells = func(r *Row, f applicable) []string {
 				return []string{rate(toFloat(r.Params["rate_per_sec"])), l.interval(f.Rate, rate), optional(f.P50, dur),
-					optional(f.P99, dur), optional(f.P999, dur), optional(f.MaxWait, dur), optional(f.ReleaseP50, dur), viol(f)}
+					optional(f.P99, dur), l.interval(r.RoundP99, durOf), optional(f.P999, dur), optional(f.MaxWait, dur), optional(f.ReleaseP50, dur), viol(f)}
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t\n", "target", strings.Join(head, "\t"))

@@ -126,6 +126,35 @@ func TestDecideOpenLoopUsesAMargin(t *testing.T) {
 	}
 }
 
+// TestDecideOpenLoopRanksTheRoundsP99s: the open loop is ranked by the
+// median of its rounds' p99s with their interval, as every other
+// workload by its intervals: a merged p99 has none, and two runs of one
+// tree called a different winner each (postgres/version, then redlock).
+func TestDecideOpenLoopRanksTheRoundsP99s(t *testing.T) {
+	row := func(name string, p99s ...float64) *Row {
+		r := dlockRow(name, "openloop 50%", capsRedis)
+		r.RoundP99 = stats.MedianCI(p99s, Confidence)
+		r.P99 = int64(r.RoundP99.Median * 0.8) // the merged p99 must not decide
+		return r
+	}
+	rep := &Report{Rows: []*Row{
+		row("redis", 100e3, 90e3, 130e3, 95e3, 105e3, 110e3),
+		row("postgres/advisory", 120e3, 140e3, 125e3, 160e3, 150e3, 135e3),
+		row("zookeeper", 300e3, 280e3, 320e3, 310e3, 290e3, 305e3),
+	}}
+	w := workload(t, Decide(rep), "openloop 50%")
+	if !w.Tie || !slices.Equal(w.Winners, []string{"redis", "postgres/advisory"}) {
+		t.Errorf("overlapping rounds' p99s: winners %v tie %v, want redis and postgres/advisory tied", w.Winners, w.Tie)
+	}
+	if strings.Contains(w.Metric, "no interval") || !strings.Contains(w.Metric, "rounds") {
+		t.Errorf("metric %q: want the median of the rounds' p99s, with an interval", w.Metric)
+	}
+	rep.Rows = rep.Rows[1:]
+	if w := workload(t, Decide(rep), "openloop 50%"); w.Tie || !slices.Equal(w.Winners, []string{"postgres/advisory"}) {
+		t.Errorf("disjoint intervals: winners %v tie %v, want postgres/advisory alone", w.Winners, w.Tie)
+	}
+}
+
 func TestDecideMemoryNeverWins(t *testing.T) {
 	mem := useRow("memory", nil, 2e3, 0.01)
 	mem.Family = "memory"
