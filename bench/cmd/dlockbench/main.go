@@ -295,7 +295,7 @@ func printHeader(w io.Writer, rep *bench.Report) {
 		}
 	}
 	fmt.Fprintf(w, "%d rounds per workload, the targets alternating within each; a figure is the median of the rounds with a confidence interval (95 %% where the number of rounds allows)\n", rep.Rounds)
-	fmt.Fprintln(w, "times are p50/p99 etc. of acquire (or release); ×floor, ×rtt, ×peer: this row's p50 lock use (acquire+release) over the floor's, the raw round trip's, the best peer's; rate×peer: grants/s over the best peer's; viol: exclusion/fencing violations")
+	fmt.Fprintln(w, "times are p50/p99 etc. of acquire (or release); ×floor, ×rtt, ×peer: this row's p50 lock use (acquire+release) over the floor's, the raw round trip's, the best peer's of each round; rate×peer: grants/s over the best peer's of each round; viol: exclusion/fencing violations")
 }
 
 // redactArgs hides passwords in -url values for the report.
