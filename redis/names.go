@@ -2,8 +2,8 @@ package redis
 
 import (
 	"crypto/rand"
+	"hash/maphash"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -12,44 +12,39 @@ import (
 // internal/layout lays them out), this Locker's wake-up channel for it, and
 // the keys boxed once as command arguments. It is immutable once made.
 type names struct {
+	name string
 	keys
 	wake                                 string // this Locker's wake-up channel: <channel>:<hub id>
 	lockArg, fenceArg, queueArg, chanArg any
 }
 
 // nameCache keeps the names of the lock names a Locker used lately, so that
-// acquiring a name again derives and allocates nothing for it. It holds at
-// most maxCachedNames entries and starts afresh when full: a Locker that
-// cycles through more names pays for deriving them, no more.
+// acquiring a name again derives and allocates nothing for it: a table of
+// nameSlots entries indexed by a hash of the name, where a new name takes
+// the place of the one in its slot. No lock, no growth, no sweep: a Locker
+// that cycles through more names than slots pays for deriving them, no
+// more.
 type nameCache struct {
 	prefix, hubID string
-
-	mu sync.Mutex
-	m  map[string]*names
+	seed          maphash.Seed
+	slots         [nameSlots]atomic.Pointer[names]
 }
 
-const maxCachedNames = 4096
+const nameSlots = 1024 // a power of two
 
 func newNameCache(prefix, hubID string) *nameCache {
-	return &nameCache{prefix: prefix, hubID: hubID, m: make(map[string]*names)}
+	return &nameCache{prefix: prefix, hubID: hubID, seed: maphash.MakeSeed()}
 }
 
 func (c *nameCache) get(name string) *names {
-	c.mu.Lock()
-	n := c.m[name]
-	c.mu.Unlock()
-	if n != nil {
+	slot := &c.slots[maphash.String(c.seed, name)&(nameSlots-1)]
+	if n := slot.Load(); n != nil && n.name == name {
 		return n
 	}
 	k := keysFor(c.prefix, name)
-	n = &names{keys: k, wake: k.channel + ":" + c.hubID,
+	n := &names{name: name, keys: k, wake: k.channel + ":" + c.hubID,
 		lockArg: k.lock, fenceArg: k.fence, queueArg: k.queue, chanArg: k.channel}
-	c.mu.Lock()
-	if len(c.m) >= maxCachedNames {
-		c.m = make(map[string]*names)
-	}
-	c.m[name] = n
-	c.mu.Unlock()
+	slot.Store(n)
 	return n
 }
 
