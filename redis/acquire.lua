@@ -1,28 +1,30 @@
 -- acquire.lua: one attempt to take a lock, in one round trip.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] waiter registry (a
 -- sorted set of Locker ids by expiry time); all in one hash slot
--- ARGV[1] owner value (random per grant, then "|" and Request.Owner)
+-- ARGV[1] owner value (unique per grant, then "|" and Request.Owner)
 -- ARGV[2] TTL in milliseconds
 -- ARGV[3] the caller's Locker id when it has waiters on this name (a
 --         failed attempt registers it, so that a release wakes it), or ''
 -- ARGV[4] how long a registration lasts, in milliseconds
 -- ARGV[5] '1' when a granted attempt is the Locker's last waiter on the
 --         name (its registration is removed)
--- Returns {1, token} when granted (the fence counter after INCR), or
--- {0, pttl} when another owner holds the lock (pttl < 0: no expiry known).
-local function granted(token)
-  if ARGV[3] ~= '' and ARGV[5] == '1' then
+-- Returns the token when granted (the fence counter after INCR), or
+-- {pttl} when another owner holds the lock (pttl < 0: no expiry known).
+-- A free lock costs SET and INCR, as the fenced floor's script.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local token = redis.call('INCR', KEYS[2])
+  if ARGV[5] == '1' and ARGV[3] ~= '' then
     redis.call('ZREM', KEYS[3], ARGV[3])
   end
-  return {1, token}
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return granted(redis.call('INCR', KEYS[2]))
+  return token
 end
 -- A retried request whose first attempt was applied finds its own value:
 -- it is granted, with the token the first attempt issued.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return granted(tonumber(redis.call('GET', KEYS[2]) or '0'))
+  if ARGV[5] == '1' and ARGV[3] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[3])
+  end
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
 if ARGV[3] ~= '' then
   local t = redis.call('TIME')
@@ -30,4 +32,4 @@ if ARGV[3] ~= '' then
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {redis.call('PTTL', KEYS[1])}

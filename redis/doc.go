@@ -128,11 +128,16 @@
 // after a restart) does SET key value NX PX ttl and, when that succeeds,
 // INCR of the fence counter, returning the token; when the lock is held it
 // returns the holder's PTTL, so a waiter never sleeps past the holder's
-// expiry. The value is a random 128-bit id per grant followed by "|" and
-// the AcquireOptions.Owner (reported by Inspect). Refresh (PEXPIRE) and
+// expiry. The value is unique per grant: a random prefix drawn once per
+// Locker (130 bits from crypto/rand, so no two Lockers share it, in one
+// process or across restarts) and a counter, followed by "|" and the
+// AcquireOptions.Owner (reported by Inspect). Refresh (PEXPIRE) and
 // release (DEL, then PUBLISH to the waiters' Lockers) are scripts that act
 // only if the key still holds the grant's value: a release never frees
-// another owner's lock and a refresh never re-creates an expired one.
+// another owner's lock and a refresh never re-creates an expired one. A
+// free lock costs the acquire script SET and INCR, and the release GET,
+// DEL and an EXISTS of the waiter queue; with no waiter queued, nothing is
+// published.
 //
 // Waiters are woken by pub/sub, not by polling, and not all at once. An
 // attempt that fails while its Locker has waiters on the name registers

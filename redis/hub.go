@@ -49,8 +49,10 @@ type hub struct {
 	open func(key string) (ps *goredis.PubSub, sharded bool)
 	// unregister removes this Locker from a name's waiter queue.
 	unregister func(ctx context.Context, k keys, id string)
-	// id names this Locker in waiter queues and wake-up channels.
-	id string
+	// id names this Locker in waiter queues and wake-up channels; idArg
+	// is id boxed, as acquire.lua's argument.
+	id    string
+	idArg any
 	// tasks are the hub's goroutines (readers, writers, unregister calls);
 	// cleanups take back what failed or cancelled attempts left. close
 	// waits for both.
@@ -110,25 +112,24 @@ type sub struct {
 
 func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool),
 	unregister func(context.Context, keys, string)) *hub {
+	id := rand.Text()[:16]
 	return &hub{
 		route:      route,
 		open:       open,
 		unregister: unregister,
-		id:         rand.Text()[:16],
+		id:         id,
+		idArg:      id,
 		closing:    make(chan struct{}),
 		subs:       make(map[string]*sub),
 		shards:     make(map[string]*shard),
 	}
 }
 
-// channel is this Locker's wake-up channel for a name.
-func (h *hub) channel(k keys) string { return k.channel + ":" + h.id }
-
-// watch registers a waiter on the name of k and returns once the server
-// has confirmed the subscription to this Locker's wake-up channel, so that
-// a release published after watch returns reaches the waiter.
-func (h *hub) watch(ctx context.Context, k keys) (<-chan struct{}, func(), error) {
-	channel := h.channel(k)
+// watch registers a waiter on the name of n and returns once the server
+// has confirmed the subscription to this Locker's wake-up channel (n.wake),
+// so that a release published after watch returns reaches the waiter.
+func (h *hub) watch(ctx context.Context, n *names) (<-chan struct{}, func(), error) {
+	channel := n.wake
 	h.mu.Lock()
 	s := h.subs[channel]
 	h.mu.Unlock()
@@ -148,7 +149,7 @@ func (h *hub) watch(ctx context.Context, k keys) (<-chan struct{}, func(), error
 	s = h.subs[channel]
 	if s == nil {
 		s = &sub{
-			k:         k,
+			k:         n.keys,
 			waiters:   make(map[chan struct{}]struct{}),
 			ready:     make(chan struct{}),
 			confirmed: make(map[*shard]bool),
@@ -232,27 +233,27 @@ func (h *hub) leave(s *sub) {
 }
 
 // registration tells acquire.lua whether to register this Locker in the
-// waiter queue of k's name: only while it has waiters on it.
-func (h *hub) registration(k keys) registration {
+// waiter queue of n's name: only while it has waiters on it.
+func (h *hub) registration(n *names) registration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := h.subs[h.channel(k)]
+	s := h.subs[n.wake]
 	if s == nil || len(s.waiters) == 0 {
 		return registration{}
 	}
-	return registration{id: h.id, last: len(s.waiters) == 1}
+	return registration{id: h.idArg, last: len(s.waiters) == 1}
 }
 
 // registered records what an attempt made with reg did to the queue: a
 // failed one registered this Locker (one that returned an error may have),
 // a granted one by the last waiter removed it.
-func (h *hub) registered(k keys, reg registration, granted bool, err error) {
-	if reg.id == "" {
+func (h *hub) registered(n *names, reg registration, granted bool, err error) {
+	if reg.id == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := h.subs[h.channel(k)]
+	s := h.subs[n.wake]
 	if s == nil {
 		return
 	}

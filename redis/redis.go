@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -103,10 +102,13 @@ type locker struct {
 	prefix  string
 	cluster *goredis.ClusterClient // nil for a single server
 	hub     *hub
+	names   *nameCache
+	values  *grantValues
+	ttl     ttlArg
 	gate    evictionGate
 
 	mu     sync.Mutex
-	pubCmd string // "PUBLISH" or "SPUBLISH" once known
+	pubCmd any // "PUBLISH" or "SPUBLISH" once known
 }
 
 var (
@@ -116,36 +118,38 @@ var (
 )
 
 func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locker {
-	l := &locker{client: client, owned: owned, prefix: prefix}
+	l := &locker{client: client, owned: owned, prefix: prefix, values: newGrantValues()}
 	unregister := func(ctx context.Context, k keys, id string) { client.ZRem(ctx, k.queue, id) }
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		l.cluster = cc
 		l.hub = newHub(l.routeCluster, l.openCluster, unregister)
-		return l
+	} else {
+		l.pubCmd = "PUBLISH"
+		l.hub = newHub(
+			func(context.Context, string) ([]string, error) { return []string{""}, nil },
+			func(string) (*goredis.PubSub, bool) { return client.Subscribe(context.Background()), false },
+			unregister,
+		)
 	}
-	l.pubCmd = "PUBLISH"
-	l.hub = newHub(
-		func(context.Context, string) ([]string, error) { return []string{""}, nil },
-		func(string) (*goredis.PubSub, bool) { return client.Subscribe(context.Background()), false },
-		unregister,
-	)
+	l.names = newNameCache(prefix, l.hub.id)
 	return l
 }
 
 // publishCommand returns the command that release.lua publishes with:
 // SPUBLISH on a Cluster whose servers have sharded pub/sub (Redis 7), so
 // that a release reaches only the shard that owns the name; PUBLISH
-// otherwise. It asks the server once.
-func (l *locker) publishCommand(ctx context.Context) (string, error) {
+// otherwise. It asks the server once. The command comes boxed, as
+// release.lua's argument.
+func (l *locker) publishCommand(ctx context.Context) (any, error) {
 	l.mu.Lock()
 	cmd := l.pubCmd
 	l.mu.Unlock()
-	if cmd != "" {
+	if cmd != nil {
 		return cmd, nil
 	}
 	v, err := l.cluster.Do(ctx, "COMMAND", "INFO", "SPUBLISH").Slice()
 	if err != nil {
-		return "", fmt.Errorf("redis: cluster: COMMAND INFO: %w", err)
+		return nil, fmt.Errorf("redis: cluster: COMMAND INFO: %w", err)
 	}
 	cmd = "PUBLISH"
 	if len(v) == 1 && v[0] != nil {
@@ -220,19 +224,21 @@ func (l *locker) Close() error {
 }
 
 func (l *locker) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return l.hub.watch(ctx, keysFor(l.prefix, name))
+	return l.hub.watch(ctx, l.names.get(name))
 }
 
 func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
-	k := keysFor(l.prefix, req.Name)
-	if err := l.checkLock(ctx, k); err != nil {
+	n := l.names.get(req.Name)
+	if err := l.checkLock(ctx, n.keys); err != nil {
 		return nil, err
 	}
-	id := rand.Text()
-	value := ownerValue(id, req.Owner)
-	reg := l.hub.registration(k)
-	granted, n, err := acquireOn(ctx, l.client, k, value, req.TTL, reg)
-	l.hub.registered(k, reg, granted, err)
+	// The lease is made before the attempt: it holds the argument list
+	// the attempt and the release use.
+	ls := &lease{l: l, n: n, value: l.values.next(req.Owner)}
+	ls.valueArg = ls.value
+	reg := l.hub.registration(n)
+	granted, v, err := acquireOn(ctx, l.client, acquireArgs(ls.args[:], n, ls.valueArg, l.ttl.get(req.TTL), reg))
+	l.hub.registered(n, reg, granted, err)
 	if err != nil {
 		// The script may have run with its reply lost: take back what it
 		// may have set, so that nothing of the attempt blocks others. In
@@ -247,7 +253,7 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 				return
 			}
 			takeBack(cctx, func(ctx context.Context) bool {
-				ok, err := releaseOn(ctx, l.client, k, value, cmd, id)
+				ok, err := releaseOn(ctx, l.client, releaseArgs(ls.args[:], n, ls.valueArg, cmd))
 				return ok || err != nil
 			})
 		})
@@ -258,13 +264,14 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 		return nil, err
 	}
 	if !granted {
-		return nil, notAcquired(n)
+		return nil, notAcquired(v)
 	}
-	return &lease{l: l, k: k, id: id, value: value, token: uint64(n)}, nil
+	ls.token = uint64(v)
+	return ls, nil
 }
 
 func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) {
-	k := keysFor(l.prefix, name)
+	k := l.names.get(name)
 	v, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.fence}).Slice()
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("redis: inspect: %w", err)
@@ -280,18 +287,21 @@ func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) 
 
 // lease is one grant on a single server or a Cluster.
 type lease struct {
-	l     *locker
-	k     keys
-	id    string
-	value string
-	token uint64
+	l        *locker
+	n        *names
+	value    string
+	valueArg any // value, boxed
+	token    uint64
+	// args is the argument list of the acquire, then of the release
+	// (which runs once, after the acquire returned).
+	args [max(acquireArgc, releaseArgc)]any
 }
 
 func (ls *lease) Token() uint64         { return ls.token }
 func (ls *lease) Lost() <-chan struct{} { return nil }
 
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	return refreshOn(ctx, ls.l.client, ls.k, ls.value, ttl)
+	return refreshOn(ctx, ls.l.client, ls.n, ls.valueArg, ls.l.ttl.get(ttl))
 }
 
 func (ls *lease) Release(ctx context.Context) error {
@@ -299,7 +309,7 @@ func (ls *lease) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ok, err := releaseOn(ctx, ls.l.client, ls.k, ls.value, cmd, ls.id)
+	ok, err := releaseOn(ctx, ls.l.client, releaseArgs(ls.args[:], ls.n, ls.valueArg, cmd))
 	if err != nil {
 		return err
 	}
@@ -309,14 +319,23 @@ func (ls *lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// acquireOn runs acquire.lua on one client. n is the token when granted,
-// the holder's PTTL in milliseconds otherwise.
-func acquireOn(ctx context.Context, c goredis.Scripter, k keys, value string, ttl time.Duration, reg registration) (granted bool, n int64, err error) {
-	last := "0"
-	if reg.last {
-		last = "1"
+// acquireArgs makes acquire.lua's argument list in dst.
+func acquireArgs(dst []any, n *names, value, ttl any, reg registration) []any {
+	var id, last any = "", "0"
+	if reg.id != nil {
+		id = reg.id
+		if reg.last {
+			last = "1"
+		}
 	}
-	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence, k.queue}, value, millis(ttl), reg.id, millis(regLifetime), last).Slice()
+	return append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, n.queueArg, value, ttl, id, regLifetimeArg, last)
+}
+
+// acquireOn runs acquire.lua on one client with the list of acquireArgs.
+// n is the token when granted, the holder's PTTL in milliseconds
+// otherwise.
+func acquireOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
+	v, err := acquireScript.run(ctx, c, args).Result()
 	if err != nil {
 		return false, 0, fmt.Errorf("redis: acquire: %w", err)
 	}
@@ -329,25 +348,34 @@ func acquireOn(ctx context.Context, c goredis.Scripter, k keys, value string, tt
 
 // refreshOn runs refresh.lua on one client: nil when extended, ErrNotHeld
 // when the key is gone or another owner's.
-func refreshOn(ctx context.Context, c goredis.Scripter, k keys, value string, ttl time.Duration) error {
-	n, err := refreshScript.Run(ctx, c, []string{k.lock}, value, millis(ttl)).Int64()
+func refreshOn(ctx context.Context, c doer, n *names, value, ttl any) error {
+	var list [refreshArgc]any
+	args := append(refreshScript.args(list[:0], "1"), n.lockArg, value, ttl)
+	r, err := refreshScript.run(ctx, c, args).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: refresh: %w", err)
 	}
-	if n != 1 {
+	if r != 1 {
 		return fmt.Errorf("redis: refresh: %w", driver.ErrNotHeld)
 	}
 	return nil
 }
 
-// releaseOn runs release.lua on one client and reports whether it deleted
-// the key.
-func releaseOn(ctx context.Context, c goredis.Scripter, k keys, value, pubCmd, id string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.queue}, value, pubCmd, id, k.channel, wakeCount).Int64()
+// releaseArgs makes release.lua's argument list in dst. pubCmd is the
+// publish command, or "" not to wake anyone; the grant's value is the
+// message.
+func releaseArgs(dst []any, n *names, value, pubCmd any) []any {
+	return append(releaseScript.args(dst, "2"), n.lockArg, n.queueArg, value, pubCmd, value, n.chanArg, wakeCountArg)
+}
+
+// releaseOn runs release.lua on one client with the list of releaseArgs
+// and reports whether it deleted the key.
+func releaseOn(ctx context.Context, c doer, args []any) (bool, error) {
+	r, err := releaseScript.run(ctx, c, args).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redis: release: %w", err)
 	}
-	return n == 1, nil
+	return r == 1, nil
 }
 
 // notAcquired reports a held lock with the holder's remaining PTTL.

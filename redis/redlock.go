@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -45,6 +44,9 @@ type redlock struct {
 	quorum      int
 	nodeTimeout time.Duration
 	hub         *hub
+	names       *nameCache
+	values      *grantValues
+	ttl         ttlArg
 	gate        evictionGate
 }
 
@@ -61,6 +63,7 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 		prefix:      prefix,
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: nodeTimeout,
+		values:      newGrantValues(),
 	}
 	// A waiter subscribes on every node: a release publishes on every node
 	// it deletes from, so wake-ups survive the loss of a minority. The
@@ -84,6 +87,7 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 			}
 		},
 	)
+	r.names = newNameCache(prefix, r.hub.id)
 	return r
 }
 
@@ -119,7 +123,7 @@ func (r *redlock) Close() error {
 }
 
 func (r *redlock) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return r.hub.watch(ctx, keysFor(r.prefix, name))
+	return r.hub.watch(ctx, r.names.get(name))
 }
 
 // redlockMinTTL is the shortest lease Redlock promises to grant: a
@@ -167,12 +171,14 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	if err := r.checkNodes(ctx, min(r.nodeTimeout, budget)); err != nil {
 		return nil, err
 	}
-	k := keysFor(r.prefix, req.Name)
-	id := rand.Text()
-	value := ownerValue(id, req.Owner)
+	k := r.names.get(req.Name)
+	ls := &rlease{r: r, k: k, value: r.values.next(req.Owner)}
+	ls.valueArg = ls.value
 	reg := r.hub.registration(k)
+	// Every node's request reads the one argument list.
+	args := acquireArgs(ls.args[:], k, ls.valueArg, r.ttl.get(req.TTL), reg)
 	results := r.fanout(ctx, min(r.nodeTimeout, budget), func(ctx context.Context, c goredis.UniversalClient) outcome {
-		granted, n, err := acquireOn(ctx, c, k, value, req.TTL, reg)
+		granted, n, err := acquireOn(ctx, c, args)
 		return outcome{ok: granted, n: n, err: err}
 	})
 	n := len(r.nodes)
@@ -210,7 +216,8 @@ wait:
 	}
 	if granted >= r.quorum && ctx.Err() == nil && time.Since(start) < budget {
 		r.hub.registered(k, reg, true, nil)
-		return &rlease{r: r, k: k, id: id, value: value, token: token, late: results, nlate: n - answered}, nil
+		ls.token, ls.late, ls.nlate = token, results, n-answered
+		return ls, nil
 	}
 	r.hub.registered(k, reg, false, nil)
 	// No valid quorum: wait for the answers still out (bounded by the node
@@ -229,7 +236,7 @@ wait:
 			// random delay.
 			cctx, cancel := cleanupContext(ctx)
 			takeBack(cctx, func(ctx context.Context) bool {
-				r.releaseAll(ctx, k, value, "", id)
+				r.releaseAll(ctx, releaseArgs(ls.args[:], k, ls.valueArg, ""))
 				// A node that was slow or failed may apply the attempt
 				// late: release there once more.
 				return slow == 0 && len(errs) == 0
@@ -260,10 +267,11 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// releaseAll runs release.lua on every node and counts the answers.
-func (r *redlock) releaseAll(ctx context.Context, k keys, value, pubCmd, id string) (released, notHeld int, errs []error) {
+// releaseAll runs release.lua with the list of releaseArgs on every node
+// and counts the answers.
+func (r *redlock) releaseAll(ctx context.Context, args []any) (released, notHeld int, errs []error) {
 	results := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
-		ok, err := releaseOn(ctx, c, k, value, pubCmd, id)
+		ok, err := releaseOn(ctx, c, args)
 		return outcome{ok: ok, err: err}
 	})
 	var t tally
@@ -291,7 +299,7 @@ func (t *tally) add(o outcome) {
 }
 
 func (r *redlock) Inspect(ctx context.Context, name string) (driver.Info, error) {
-	k := keysFor(r.prefix, name)
+	k := r.names.get(name)
 	type state struct {
 		value string
 		held  bool
@@ -343,11 +351,14 @@ func (r *redlock) Inspect(ctx context.Context, name string) (driver.Info, error)
 
 // rlease is one Redlock grant.
 type rlease struct {
-	r     *redlock
-	k     keys
-	id    string
-	value string
-	token uint64
+	r        *redlock
+	k        *names
+	value    string
+	valueArg any // value, boxed
+	token    uint64
+	// args is the argument list of the acquire, then of the release
+	// (which runs after every node answered the acquire).
+	args [max(acquireArgc, releaseArgc)]any
 	// late are the answers of the acquire that were still out when the
 	// quorum was reached; Release waits for them (bounded by the node
 	// timeout), so that it deletes what they set.
@@ -364,8 +375,9 @@ func (ls *rlease) Refresh(ctx context.Context, ttl time.Duration) error {
 	r := ls.r
 	start := time.Now()
 	budget := ttl - drift(ttl)
+	ttlArg := r.ttl.get(ttl)
 	results := r.fanout(ctx, min(r.nodeTimeout, max(budget, time.Millisecond)), func(ctx context.Context, c goredis.UniversalClient) outcome {
-		err := refreshOn(ctx, c, ls.k, ls.value, ttl)
+		err := refreshOn(ctx, c, ls.k, ls.valueArg, ttlArg)
 		if errors.Is(err, driver.ErrNotHeld) {
 			return outcome{}
 		}
@@ -402,7 +414,7 @@ func (ls *rlease) Release(ctx context.Context) error {
 		<-ls.late
 	}
 	ls.nlate = 0
-	released, notHeld, errs := r.releaseAll(ctx, ls.k, ls.value, "PUBLISH", ls.id)
+	released, notHeld, errs := r.releaseAll(ctx, releaseArgs(ls.args[:], ls.k, ls.valueArg, "PUBLISH"))
 	switch {
 	case released >= r.quorum:
 		return nil

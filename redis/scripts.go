@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	_ "embed"
 	"math"
 	"strconv"
@@ -12,7 +13,7 @@ import (
 	"github.com/dlock-go/dlock/internal/layout"
 )
 
-// The scripts run with EVALSHA; goredis.Script.Run falls back to EVAL when
+// The scripts run with EVALSHA (script.run); they fall back to EVAL when
 // the server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 var (
 	//go:embed acquire.lua
@@ -24,10 +25,57 @@ var (
 	//go:embed inspect.lua
 	inspectLua string
 
-	acquireScript = goredis.NewScript(acquireLua)
-	refreshScript = goredis.NewScript(refreshLua)
-	releaseScript = goredis.NewScript(releaseLua)
+	acquireScript = newScript(acquireLua)
+	refreshScript = newScript(refreshLua)
+	releaseScript = newScript(releaseLua)
 	inspectScript = goredis.NewScript(inspectLua)
+)
+
+// script is a Lua script run by EVALSHA through Do, on an argument list
+// the caller prepared: a lease keeps the list of its acquire and release
+// (and the boxed keys and values in it), so that the driver's hot path
+// allocates no argument slices of its own. goredis.Script.Run, which does
+// the same EVALSHA-then-EVAL, copies its keys and arguments into a new
+// list, boxing each, on every call.
+type script struct {
+	src string
+	sha any // the hex SHA-1 digest of src, boxed once
+}
+
+func newScript(src string) *script { return &script{src: src, sha: goredis.NewScript(src).Hash()} }
+
+// args starts an argument list in dst (whose capacity should hold the
+// whole list): EVALSHA, the digest and numkeys (a decimal string).
+func (s *script) args(dst []any, numkeys string) []any {
+	return append(dst[:0], "evalsha", s.sha, numkeys)
+}
+
+// doer is what runs a command: *goredis.Client, *goredis.ClusterClient,
+// goredis.UniversalClient.
+type doer interface {
+	Do(ctx context.Context, args ...any) *goredis.Cmd
+}
+
+// run runs the list made by s.args, then the keys and arguments: EVALSHA,
+// and EVAL of the source when the server does not know the digest (it
+// caches the script again). args is only read, so that Redlock's nodes
+// may share one list.
+func (s *script) run(ctx context.Context, c doer, args []any) *goredis.Cmd {
+	cmd := c.Do(ctx, args...)
+	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		eval := make([]any, len(args))
+		copy(eval, args)
+		eval[0], eval[1] = "eval", s.src
+		cmd = c.Do(ctx, eval...)
+	}
+	return cmd
+}
+
+// Argument lists of the scripts, which the driver keeps in its leases.
+const (
+	acquireArgc = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments
+	releaseArgc = 10 // evalsha, digest, numkeys, 2 keys, 5 arguments
+	refreshArgc = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
 )
 
 // keys are the Redis keys and channels of one lock name, as layout.Redis
@@ -53,11 +101,17 @@ const (
 	wakeCount   = 2
 )
 
+// The constant arguments, boxed once.
+var (
+	regLifetimeArg any = millis(regLifetime)
+	wakeCountArg   any = wakeCount
+)
+
 // registration is what acquire.lua needs to (un)register the caller's
-// Locker: its id when it has waiters on the name, and whether the caller
-// is the last of them.
+// Locker: its id (boxed) when it has waiters on the name, nil otherwise,
+// and whether the caller is the last of them.
 type registration struct {
-	id   string
+	id   any
 	last bool
 }
 
@@ -99,25 +153,25 @@ func fromMillis(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// ownerValue is what the lock key holds: a random id unique to the grant
-// (it makes release and refresh safe), then "|" and the Request.Owner, for
-// Inspect.
-func ownerValue(id, owner string) string { return id + "|" + owner }
-
 // ownerOf returns the Request.Owner part of a stored owner value.
 func ownerOf(value string) string {
 	_, owner, _ := strings.Cut(value, "|")
 	return owner
 }
 
-// acquireReply decodes acquire.lua's {granted, token or pttl}.
-func acquireReply(v []any) (granted bool, n int64, ok bool) {
-	if len(v) != 2 {
-		return false, 0, false
+// acquireReply decodes acquire.lua's reply: the token (an integer) when
+// granted, {pttl} when refused.
+func acquireReply(v any) (granted bool, n int64, ok bool) {
+	switch v := v.(type) {
+	case int64:
+		return true, v, true
+	case []any:
+		if len(v) == 1 {
+			n, ok = v[0].(int64)
+			return false, n, ok
+		}
 	}
-	flag, ok1 := v[0].(int64)
-	n, ok2 := v[1].(int64)
-	return flag == 1, n, ok1 && ok2
+	return false, 0, false
 }
 
 // inspectReply decodes inspect.lua's {value, pttl, fence}.

@@ -21,10 +21,17 @@ type Redis struct {
 	Channel string // <prefix>{<name>}:rel: Locker L is woken on <channel>:L
 }
 
-// RedisKeys returns the keys of name under prefix.
+// RedisKeys returns the keys of name under prefix. The four strings share
+// one allocation (each is a slice of it): a driver derives them on every
+// acquire of a name it has not seen lately.
 func RedisKeys(prefix, name string) Redis {
-	lock := prefix + "{" + RedisTag(name) + "}"
-	return Redis{Lock: lock, Fence: lock + ":fence", Queue: lock + ":q", Channel: lock + ":rel"}
+	tag := RedisTag(name)
+	const fence, queue, channel = ":fence", ":q", ":rel"
+	s := prefix + "{" + tag + "}" + fence + prefix + "{" + tag + "}" + queue + prefix + "{" + tag + "}" + channel
+	n := len(prefix) + len(tag) + 2 // the lock key
+	q := n + len(fence)             // where the queue key starts
+	c := q + n + len(queue)         // where the channel starts
+	return Redis{Lock: s[:n], Fence: s[:q], Queue: s[q:c], Channel: s[c:]}
 }
 
 // RedisTag makes a name safe inside a hash tag. A hash tag ends at the

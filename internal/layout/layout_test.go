@@ -79,7 +79,11 @@ func TestRedisKeys(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for _, name := range TrickyNames {
-		lock := RedisKeys("p:", name).Lock
+		k := RedisKeys("p:", name)
+		lock := k.Lock
+		if k.Fence != lock+":fence" || k.Queue != lock+":q" || k.Channel != lock+":rel" {
+			t.Errorf("RedisKeys(%q) = %+v: the keys are not the lock key and their suffixes", name, k)
+		}
 		tag, ok := strings.CutPrefix(lock, "p:{")
 		if !ok || strings.IndexByte(tag, '}') != len(tag)-1 || tag == "}" {
 			t.Errorf("RedisKeys(%q).Lock = %q: the hash tag does not hold the whole name", name, lock)
