@@ -247,9 +247,19 @@ type NotAcquiredError struct {
 	// RetryAfter is how long the current holder's lease may still last;
 	// zero means unknown.
 	RetryAfter time.Duration
+	// Reason, when set, says why the attempt failed where that was not
+	// (only) another owner holding the lock: a Redlock quorum missed
+	// because nodes answered late or votes split between attempts. The
+	// error then reads "lock not acquired: <Reason>".
+	Reason string
 }
 
-func (e *NotAcquiredError) Error() string { return ErrNotAcquired.Error() }
+func (e *NotAcquiredError) Error() string {
+	if e.Reason != "" {
+		return "lock not acquired: " + e.Reason
+	}
+	return ErrNotAcquired.Error()
+}
 
 // Is reports whether target is ErrNotAcquired.
 func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/netproxy"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -213,5 +214,46 @@ func TestEvictedKeyLossSignalled(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("eviction of the lock key not signalled")
+	}
+}
+
+// TestRedlockLateQuorumSaysSo: a quorum missed because nodes do not answer
+// in time is not acquired (the portable layer retries), and the error says
+// why instead of claiming that another owner holds the lock, which no node
+// said.
+func TestRedlockLateQuorumSaysSo(t *testing.T) {
+	ctx := testCtx(t)
+	nodes := testenv.NewRedisNodes(t, 3, nil)
+	addrs := []string{nodes[0].Addr}
+	var proxies []*netproxy.Proxy
+	for _, s := range nodes[1:] {
+		p, err := netproxy.New(s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	l := open(t, ctx, "redlock://"+strings.Join(addrs, ","))
+	name := uniqueName(t)
+	if ls, err := l.TryAcquire(ctx, name, nil); err != nil {
+		t.Fatalf("TryAcquire with every node answering: %v", err)
+	} else if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range proxies {
+		p.Pause()
+	}
+	_, err := l.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: time.Second})
+	for _, p := range proxies {
+		p.Resume()
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with two of three nodes silent: %v, want ErrNotAcquired", err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "held by another owner") || !strings.Contains(msg, "no quorum") || !strings.Contains(msg, "2 answered late") {
+		t.Errorf("error %q: want it to say the quorum was missed by late nodes, not that another owner holds the lock", msg)
 	}
 }

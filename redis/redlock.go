@@ -252,11 +252,16 @@ wait:
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
+	case len(errs) < r.quorum && refused >= r.quorum:
+		return nil, notAcquired(retry) // held by another owner
 	case len(errs) < r.quorum:
-		// Held by another owner, split votes between concurrent attempts,
-		// slow nodes or a minority of failed ones: Redlock retries after a
-		// delay.
-		return nil, notAcquired(retry)
+		// Split votes between concurrent attempts, slow nodes, a minority
+		// of failed ones, or a quorum that came too late for the lease's
+		// validity: Redlock retries after a delay. "Held by another owner"
+		// would be untrue (no quorum of nodes said so).
+		return nil, fmt.Errorf("redis: redlock: %w", &driver.NotAcquiredError{RetryAfter: fromMillis(retry), Reason: fmt.Sprintf(
+			"no quorum within the lease's validity (%d of %d nodes granted, %d held it for another attempt, %d answered late, %d failed; %d needed)",
+			granted, n, refused, slow, len(errs), r.quorum)})
 	}
 	return nil, fmt.Errorf("redis: redlock: %d of %d nodes failed, %d needed: %w", len(errs), n, r.quorum, errors.Join(errs...))
 }
