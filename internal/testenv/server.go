@@ -22,6 +22,7 @@ const (
 	KindZooKeeper = "zookeeper"
 	KindPostgres  = "postgres"
 	KindMySQL     = "mysql"
+	KindEtcd      = "etcd"
 )
 
 // Fixed credentials of the SQL servers testenv starts.
@@ -44,7 +45,7 @@ var ErrShared = errors.New("testenv: shared server: use a dedicated one (NewRedi
 // Server is one running server process, or an external server named by a
 // DLOCK_TEST_*_URL environment variable.
 type Server struct {
-	// Kind is KindRedis, KindZooKeeper, KindPostgres or KindMySQL.
+	// Kind is KindRedis, KindZooKeeper, KindPostgres, KindMySQL or KindEtcd.
 	Kind string
 	// Addr is the client address, host:port.
 	Addr string
