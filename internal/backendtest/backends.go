@@ -264,10 +264,15 @@ func (e *Env) restart(ctx context.Context, i int) error {
 		for _, s := range e.Servers {
 			errs = append(errs, s.Kill())
 		}
-		for _, s := range e.Servers {
-			errs = append(errs, s.Start(ctx))
+		// Start them together: a member of a cluster is not ready until
+		// a quorum is up (etcd answers nothing before).
+		starts := make([]error, len(e.Servers))
+		var wg sync.WaitGroup
+		for j, s := range e.Servers {
+			wg.Go(func() { starts[j] = s.Start(ctx) })
 		}
-		err = errors.Join(errs...)
+		wg.Wait()
+		err = errors.Join(append(errs, starts...)...)
 	} else {
 		if err := e.Servers[i].Kill(); err != nil {
 			return err
