@@ -93,16 +93,42 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 	every := time.Duration(a.ttl) * time.Second / 3
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	// pause waits a moment after a failed call (no leader during an
+	// election, a member restarting), renewing the lease on the way: a
+	// waiter keeps its place through a transient failure, and ctx bounds
+	// how long it tries.
+	pause := func() error {
+		select {
+		case <-time.After(100 * time.Millisecond):
+			return nil
+		case <-tick.C:
+			return a.keepAlive(ctx)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for {
 		resp, err := a.l.cli.Get(ctx, a.queue,
 			append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
 		if err != nil {
-			return nil, err
+			if err := pause(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if len(resp.Kvs) == 0 {
 			ls, lowest, err := a.grantWaited(ctx)
-			if err != nil || lowest {
-				return ls, err
+			switch {
+			case err == nil && lowest:
+				return ls, nil
+			case err == nil:
+				// A key below ours appeared: wait for it.
+			case errors.Is(err, errRequeue) || ctx.Err() != nil:
+				return nil, err
+			default:
+				if err := pause(); err != nil {
+					return nil, err
+				}
 			}
 			continue
 		}

@@ -107,26 +107,52 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if released {
 		return fmt.Errorf("etcd: %w", driver.ErrNotHeld)
 	}
+	if err := ls.lostErr(); err != nil {
+		return err
+	}
 	octx, cancel := ls.l.op(ctx)
 	defer cancel()
+	err := ls.refresh(octx, ttl)
+	if err != nil {
+		// The key's deletion, seen by the watch while the renewal was in
+		// flight (the portable layer then cancels ctx), is the answer.
+		if lerr := ls.lostErr(); lerr != nil {
+			return lerr
+		}
+	}
+	return ls.l.wrapErr(ctx, err)
+}
+
+// lostErr is ErrNotHeld once the watch saw our key deleted.
+func (ls *lease) lostErr() error {
+	select {
+	case <-ls.lost:
+		return fmt.Errorf("etcd: key %s was deleted: %w", ls.key, driver.ErrNotHeld)
+	default:
+		return nil
+	}
+}
+
+// refresh is Refresh's work; its errors lack the package prefix.
+func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 	resp, err := ls.l.cli.KeepAliveOnce(octx, ls.id)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		ls.markLost()
-		return fmt.Errorf("etcd: lease %x: %w", int64(ls.id), driver.ErrNotHeld)
+		return fmt.Errorf("lease %x: %w", int64(ls.id), driver.ErrNotHeld)
 	}
 	if err != nil {
-		return ls.l.wrapErr(ctx, err)
+		return err
 	}
 	if got := time.Duration(resp.TTL) * time.Second; got < ttl {
-		return fmt.Errorf("etcd: refresh by %v: the etcd lease lasts %v: %w", ttl, got, driver.ErrUnsupported)
+		return fmt.Errorf("refresh by %v: the etcd lease lasts %v: %w", ttl, got, driver.ErrUnsupported)
 	}
 	g, err := ls.l.cli.Get(octx, ls.key, clientv3.WithKeysOnly())
 	if err != nil {
-		return ls.l.wrapErr(ctx, err)
+		return err
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != ls.rev {
 		ls.markLost()
-		return fmt.Errorf("etcd: key %s is gone: %w", ls.key, driver.ErrNotHeld)
+		return fmt.Errorf("key %s is gone: %w", ls.key, driver.ErrNotHeld)
 	}
 	return nil
 }
