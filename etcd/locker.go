@@ -17,11 +17,12 @@ import (
 
 // TTL range. etcd grants leases in whole seconds, and no shorter than its
 // minimum of 1.5 × the election timeout (rounded up: 2s with the default
-// 1s election timeout), so a shorter TTL would be silently lengthened;
-// its longest lease is 9,000,000,000 seconds.
+// 1s election timeout), so a shorter TTL would be silently lengthened.
+// Its longest lease is 9,000,000,000 seconds; the driver declares ten
+// years, as the SQL version strategy does.
 const (
 	MinTTL = 2 * time.Second
-	MaxTTL = 9_000_000_000 * time.Second
+	MaxTTL = 3650 * 24 * time.Hour
 )
 
 // cleanupTimeout bounds the clean-up (a lease revoke) of a failed or

@@ -123,7 +123,7 @@ func TestDefaultPrefix(t *testing.T) {
 // TestTTLSeconds: a TTL becomes whole seconds rounded up, never down.
 func TestTTLSeconds(t *testing.T) {
 	for ttl, want := range map[time.Duration]int64{
-		MinTTL: 2, 2*time.Second + time.Nanosecond: 3, 2500 * time.Millisecond: 3, MaxTTL: 9_000_000_000, time.Millisecond: 1,
+		MinTTL: 2, 2*time.Second + time.Nanosecond: 3, 2500 * time.Millisecond: 3, MaxTTL: 315_360_000, time.Millisecond: 1,
 	} {
 		if got := ttlSeconds(ttl); got != want {
 			t.Errorf("ttlSeconds(%v) = %d, want %d", ttl, got, want)
