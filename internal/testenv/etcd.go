@@ -163,26 +163,9 @@ func tryStartEtcd(ctx context.Context, bin string, n int, opts *EtcdOptions) (*E
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
 	c.URL = "etcd://" + strings.Join(c.Addrs, ",")
-	// Start every member before waiting for any: a member of a cluster
-	// has no leader until a quorum is up.
-	errc := make(chan error, n)
-	for _, s := range c.Servers {
-		go func() { errc <- s.start(ctx) }()
-	}
-	var errs []error
-	for range c.Servers {
-		if err := <-errc; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
+	if err := startTogether(ctx, c.Servers); err != nil {
 		c.close()
-		for _, err := range errs {
-			if bindFailure(err) {
-				return nil, err
-			}
-		}
-		return nil, errors.Join(errs...)
+		return nil, err
 	}
 	if n > 1 {
 		if err := c.WaitHealthy(ctx); err != nil {

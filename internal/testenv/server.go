@@ -314,6 +314,28 @@ func poll(ctx context.Context, what string, check func() error) error {
 	}
 }
 
+// startTogether starts every member of an ensemble or cluster before
+// waiting for any (a member is not ready until a quorum is up). Its error
+// is a bind failure when one member had one, so that retryBind sees it.
+func startTogether(ctx context.Context, servers []*Server) error {
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errc <- s.start(ctx) }()
+	}
+	var errs []error
+	for range servers {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, err := range errs {
+		if bindFailure(err) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // closeServers closes every server of a cluster or ensemble.
 func closeServers(servers []*Server) error {
 	var errs []error
