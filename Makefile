@@ -27,7 +27,7 @@ GO_MIN := $(shell awk '$$1 == "go" {print $$2; exit}' go.mod)
 all: test
 
 # backends installs the servers only when scripts/install-backends.sh --check
-# finds one missing (redis-server, java + zookeeper.jar, initdb, mariadbd,
+# finds one missing (redis-server, java + zookeeper.jar, initdb, mariadbd, etcd,
 # and chromium when bench/ exists).
 backends:
 	@scripts/install-backends.sh --check $(BACKENDS_FLAGS) >/dev/null || scripts/install-backends.sh $(BACKENDS_FLAGS)
@@ -35,10 +35,11 @@ backends:
 install-backends:
 	scripts/install-backends.sh $(BACKENDS_FLAGS)
 
-# The modules: the library (.), the benchmark (bench/) and the
-# fault-injection suite (faults/), each with its own go.mod so that the
-# library's requirements are only the drivers' client libraries.
-MODULES := . bench faults
+# The modules: the library (.), the benchmark (bench/), the
+# fault-injection suite (faults/) and the etcd driver (etcd/, whose client
+# brings grpc), each with its own go.mod so that the library's
+# requirements are only the drivers' client libraries.
+MODULES := . bench faults etcd
 
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done

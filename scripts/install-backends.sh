@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the servers dlock's tests and benchmarks run against: Redis,
-# ZooKeeper (with a Java runtime), PostgreSQL and MariaDB, and the C compiler
+# ZooKeeper (with a Java runtime), PostgreSQL, MariaDB and etcd, and the C compiler
 # that `go test -race` needs (cgo). internal/testenv
 # starts its own instances of them on free loopback ports, so the services
 # the packages would start are kept from starting.
@@ -53,6 +53,7 @@ missing() {
 	if ! have mariadbd && ! have mysqld; then
 		echo mariadb
 	fi
+	have etcd || echo etcd
 	if [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
 		echo postgres-user # initdb/postgres refuse to run as root
 	fi
@@ -66,7 +67,7 @@ missing() {
 
 todo=$(missing | tr '\n' ' ')
 if [ -z "$todo" ] && [ "$force" = 0 ]; then
-	echo "install-backends: redis, zookeeper, postgresql and mariadb$([ "$want_chromium" = 1 ] && echo ", chromium") are installed"
+	echo "install-backends: redis, zookeeper, postgresql, mariadb and etcd$([ "$want_chromium" = 1 ] && echo ", chromium") are installed"
 	exit 0
 fi
 echo "install-backends: missing: ${todo:-nothing (--force)}"
@@ -77,19 +78,19 @@ fi
 case "$(uname -s)" in
 Darwin)
 	echo "install-backends: on macOS, run:"
-	echo "  brew install redis zookeeper postgresql mariadb"
+	echo "  brew install redis zookeeper postgresql mariadb etcd"
 	[ "$want_chromium" = 1 ] && echo "  brew install --cask chromium"
 	exit 1
 	;;
 Linux) ;;
 *)
-	echo "install-backends: unsupported system $(uname -s): install redis-server, ZooKeeper (and Java), PostgreSQL and MariaDB yourself" >&2
+	echo "install-backends: unsupported system $(uname -s): install redis-server, ZooKeeper (and Java), PostgreSQL, MariaDB and etcd yourself" >&2
 	exit 1
 	;;
 esac
 
 if ! have apt-get; then
-	echo "install-backends: no apt-get: this script knows Debian and Ubuntu; install redis-server, zookeeper (+ a JRE), postgresql and mariadb-server with your package manager" >&2
+	echo "install-backends: no apt-get: this script knows Debian and Ubuntu; install redis-server, zookeeper (+ a JRE), postgresql, mariadb-server and etcd-server with your package manager" >&2
 	exit 1
 fi
 
@@ -103,7 +104,7 @@ if [ "$(id -u)" != 0 ]; then
 	fi
 fi
 
-pkgs=(gcc libc6-dev redis-server redis-tools zookeeper default-jre-headless postgresql mariadb-server)
+pkgs=(gcc libc6-dev redis-server redis-tools zookeeper default-jre-headless postgresql mariadb-server etcd-server)
 if [ "$want_chromium" = 1 ]; then
 	pkgs+=(chromium)
 fi
@@ -144,7 +145,7 @@ fi
 # On systemd machines the services may have been enabled and started
 # anyway: stop and disable them, they would only hold ports and memory.
 if have systemctl && [ -d /run/systemd/system ]; then
-	for svc in redis-server zookeeper postgresql mariadb; do
+	for svc in redis-server zookeeper postgresql mariadb etcd; do
 		$SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
 	done
 fi

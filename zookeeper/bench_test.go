@@ -67,7 +67,6 @@ func BenchmarkUncontended(b *testing.B) {
 				return zl.Unlock()
 			}
 			ops := []func() error{opFair, opBasic, opZK, opFloor}
-			times := make([][]time.Duration, len(ops))
 			for _, op := range ops { // parents exist, JIT warm
 				for range 20 {
 					if err := op(); err != nil {
@@ -76,14 +75,9 @@ func BenchmarkUncontended(b *testing.B) {
 				}
 			}
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				for j, op := range ops {
-					t0 := time.Now()
-					if err := op(); err != nil {
-						b.Fatal(err)
-					}
-					times[j] = append(times[j], time.Since(t0))
-				}
+			times, err := stats.Interleave(b.N, ops...)
+			if err != nil {
+				b.Fatal(err)
 			}
 			b.StopTimer()
 			f, ba, z, fp := stats.Median(times[0]), stats.Median(times[1]), stats.Median(times[2]), stats.Median(times[3])

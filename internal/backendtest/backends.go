@@ -25,10 +25,14 @@ import (
 // Backend is one row of the table.
 type Backend struct {
 	// Name is "redis", "redlock", "redis-cluster", "zookeeper",
-	// "zookeeper-ensemble", "postgres" or "mysql".
+	// "zookeeper-ensemble", "postgres", "mysql", "etcd" or "etcd-cluster".
 	Name string
 	// Scheme is the URL scheme of its driver, which must be linked in.
 	Scheme string
+	// Module is the module of the driver when it is not the library's
+	// (etcd: github.com/dlock-go/dlock/etcd, whose client pulls in grpc):
+	// only a test binary that imports it can open its URLs.
+	Module string
 	// Kind is the testenv server kind it needs.
 	Kind string
 	// Param is the URL parameter that selects a strategy ("strategy",
@@ -71,6 +75,9 @@ type Options struct {
 	// ForceSync (ZooKeeper): fsync every write, ZooKeeper's own default
 	// (testenv starts it with forceSync=no). Fresh servers only.
 	ForceSync bool
+	// UnsafeNoFsync (etcd): --unsafe-no-fsync (testenv keeps etcd's
+	// fsync by default). Fresh servers only.
+	UnsafeNoFsync bool
 	// SessionTimeout (ZooKeeper): the session_timeout URL parameter; a
 	// short one frees a dead holder's lock quickly. Other backends'
 	// URLs ignore it.
@@ -106,8 +113,14 @@ func Backends() []*Backend {
 			start: startPostgres, shared: sharedPostgres, hooks: sqlHooks, cut: cutSilent},
 		{Name: "mysql", Scheme: "mysql", Kind: testenv.KindMySQL, Nodes: 1, Param: "strategy", Strategies: []string{"forupdate", "version", "getlock"},
 			start: startMySQL, shared: sharedMySQL, hooks: sqlHooks, cut: cutSilent},
+		{Name: "etcd", Scheme: "etcd", Module: etcdModule, Kind: testenv.KindEtcd, Nodes: 1,
+			start: startEtcd, shared: sharedEtcd, hooks: etcdHooks, namespace: etcdNamespace, cut: cutClose},
+		{Name: "etcd-cluster", Scheme: "etcd", Module: etcdModule, Kind: testenv.KindEtcd, Nodes: 3,
+			start: startEtcdCluster, shared: newEtcdCluster, hooks: etcdHooks, namespace: etcdNamespace, cut: cutClose},
 	}
 }
+
+const etcdModule = "github.com/dlock-go/dlock/etcd"
 
 // Lookup returns the backend called name, or nil.
 func Lookup(name string) *Backend {
@@ -147,12 +160,13 @@ func (b *Backend) New(t testing.TB, o *Options) *Env {
 }
 
 // Shared returns the test binary's shared servers (testenv.Redis,
-// RedisNodes, RedisCluster, ZooKeeper, Postgres, MySQL): cases on them
-// use names of their own and must not harm them, so its hooks cannot
-// restart them. A ZooKeeper ensemble is never shared: it is New's.
+// RedisNodes, RedisCluster, ZooKeeper, Postgres, MySQL, Etcd): cases on
+// them use names of their own and must not harm them, so its hooks cannot
+// restart them. A ZooKeeper ensemble or an etcd cluster is never shared:
+// it is New's.
 func (b *Backend) Shared(t testing.TB, o *Options) *Env {
 	t.Helper()
-	if o != nil && (o.Persistence || o.SynchronousCommit || o.ForceSync) {
+	if o != nil && (o.Persistence || o.SynchronousCommit || o.ForceSync || o.UnsafeNoFsync) {
 		t.Fatalf("backendtest: %s: shared servers run with testenv's settings; use New for other ones", b.Name)
 	}
 	o = o.resolve(b)
@@ -173,6 +187,8 @@ type Env struct {
 	Ensemble *testenv.Ensemble
 	// Cluster is the Redis Cluster, when it is one.
 	Cluster *testenv.Cluster
+	// EtcdCluster is the etcd cluster of several members, when it is one.
+	EtcdCluster *testenv.EtcdCluster
 
 	base  string // URL without strategy or options
 	opts  *Options
@@ -248,10 +264,15 @@ func (e *Env) restart(ctx context.Context, i int) error {
 		for _, s := range e.Servers {
 			errs = append(errs, s.Kill())
 		}
-		for _, s := range e.Servers {
-			errs = append(errs, s.Start(ctx))
+		// Start them together: a member of a cluster is not ready until
+		// a quorum is up (etcd answers nothing before).
+		starts := make([]error, len(e.Servers))
+		var wg sync.WaitGroup
+		for j, s := range e.Servers {
+			wg.Go(func() { starts[j] = s.Start(ctx) })
 		}
-		err = errors.Join(errs...)
+		wg.Wait()
+		err = errors.Join(append(errs, starts...)...)
 	} else {
 		if err := e.Servers[i].Kill(); err != nil {
 			return err
@@ -261,6 +282,9 @@ func (e *Env) restart(ctx context.Context, i int) error {
 	}
 	if err == nil && e.Ensemble != nil {
 		err = e.Ensemble.WaitServing(ctx)
+	}
+	if err == nil && e.EtcdCluster != nil {
+		err = e.EtcdCluster.WaitHealthy(ctx)
 	}
 	return err
 }

@@ -1,7 +1,6 @@
 package backendtest_test
 
 import (
-	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -29,7 +28,7 @@ func TestTable(t *testing.T) {
 			t.Errorf("%s: two rows", b.Name)
 		}
 		seen[b.Name] = true
-		if !slices.Contains(dlock.Schemes(), b.Scheme) {
+		if b.Module == "" && !slices.Contains(dlock.Schemes(), b.Scheme) {
 			t.Errorf("%s: scheme %s is not registered", b.Name, b.Scheme)
 		}
 		if b.Kind == "" || b.Nodes < 1 || (b.Param == "") != (len(b.Strategies) == 0) {
@@ -39,64 +38,19 @@ func TestTable(t *testing.T) {
 			t.Errorf("Lookup(%q) finds another row", b.Name)
 		}
 	}
-	if backendtest.Lookup("etcd") != nil {
+	if backendtest.Lookup("nosuch") != nil {
 		t.Error("Lookup of an unknown backend is not nil")
 	}
 }
 
-// TestHooks: on each backend's shared servers and each strategy, a held
-// lock shows no residue, Revoke drops it behind its holder's back (the
-// holder learns of the loss), and a name nobody holds cannot be revoked.
-// It is the check that the hooks and the driver agree on the layout.
+// TestHooks runs CheckHooks on every backend whose driver is linked here
+// (the etcd module runs it for its own rows).
 func TestHooks(t *testing.T) {
 	for _, b := range backendtest.Backends() {
-		if b.Name == "zookeeper-ensemble" {
-			continue // the same hooks as a single ZooKeeper server, on 3 JVMs
+		if b.Name == "zookeeper-ensemble" || b.Module != "" {
+			continue // the ensemble: the same hooks as a single ZooKeeper server, on 3 JVMs
 		}
-		t.Run(b.Name, func(t *testing.T) {
-			env := b.Shared(t, &backendtest.Options{SessionTimeout: 2 * time.Second})
-			for _, s := range append([]string{""}, b.Strategies...) {
-				t.Run("strategy="+s, func(t *testing.T) {
-					ctx := testenv.Context(t, time.Minute)
-					url := env.Namespace(env.URL(s), "hooks-"+strings.ReplaceAll(t.Name(), "/", "_"))
-					hooks := env.Hooks(url)
-					defer hooks.Close()
-					if hooks.Restart != nil {
-						t.Error("the hooks of shared servers can restart them")
-					}
-					l, err := dlock.Open(ctx, url)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer l.Close()
-					name := "hooks/" + t.Name()
-					if err := hooks.Revoke(ctx, name); err == nil && s != "version" {
-						t.Error("Revoke of a name nobody holds: no error")
-					}
-					lease, err := l.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 3 * time.Second})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if n, err := hooks.Residue(ctx, name); err != nil || n != 0 {
-						t.Errorf("Residue while held = %d, %v; want 0", n, err)
-					}
-					if err := hooks.Revoke(ctx, name); err != nil {
-						t.Fatalf("Revoke: %v", err)
-					}
-					select {
-					case <-lease.Done():
-						if !errors.Is(lease.Err(), dlock.ErrLockLost) {
-							t.Errorf("after Revoke: lease.Err() = %v, want ErrLockLost", lease.Err())
-						}
-					case <-ctx.Done():
-						t.Fatal("the holder never learnt of the revoke")
-					}
-					if n, err := hooks.Residue(ctx, name); err != nil || n != 0 {
-						t.Errorf("Residue after Revoke = %d, %v; want 0", n, err)
-					}
-				})
-			}
-		})
+		t.Run(b.Name, func(t *testing.T) { backendtest.CheckHooks(t, b) })
 	}
 }
 

@@ -8,7 +8,11 @@
 package captable
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -120,4 +124,45 @@ func Splice(doc, table string) (string, error) {
 		return "", fmt.Errorf("captable: markers %q and %q not found in order", Begin, End)
 	}
 	return doc[:i] + Begin + "\n\n" + table + "\n" + doc[j:], nil
+}
+
+// Rows of drivers in modules of their own (etcd, whose client brings grpc)
+// cannot come from this package's test: linking the driver would put its
+// dependencies into the library's module graph. The driver's own test
+// renders them from its Capabilities into ExternalDir/<backend>.json with
+// EncodeRows (it fails when the file drifts, and rewrites it with
+// -update), and TestREADME appends them with ExternalRows.
+const ExternalDir = "testdata/external"
+
+// EncodeRows is the file of rows that ExternalRows reads back.
+func EncodeRows(rows []Row) []byte {
+	b, err := json.MarshalIndent(rows, "", "\t")
+	if err != nil {
+		panic("captable: " + err.Error()) // plain data: cannot fail
+	}
+	return append(b, '\n')
+}
+
+// ExternalRows reads the rows of every *.json file in dir, in file name
+// order.
+func ExternalRows(dir string) ([]Row, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var rs []Row
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rs); err != nil {
+			return nil, fmt.Errorf("captable: %s: %w", f, err)
+		}
+		rows = append(rows, rs...)
+	}
+	return rows, nil
 }

@@ -1,5 +1,6 @@
 // Package layout is where dlock's drivers keep their data on the server:
-// the Redis keys of a lock name and the ZooKeeper node of a lock name.
+// the Redis keys of a lock name, the ZooKeeper node and the etcd key range
+// of a lock name.
 // The drivers compute their keys and paths here, and so do the test hooks
 // that reach behind a holder's back (internal/backendtest), so that a
 // change of layout cannot leave a hook acting on keys nobody uses.
@@ -120,4 +121,25 @@ func ZooKeeperForbidden(r rune) bool {
 const (
 	RedisDefaultPrefix     = "dlock:"
 	ZooKeeperDefaultPrefix = "/dlock"
+	EtcdDefaultPrefix      = "/dlock"
 )
+
+// EtcdQueue returns the key prefix under which the etcd driver queues the
+// attempts on name: "<prefix>/<escaped name>/". Each attempt's key is the
+// queue followed by its etcd lease id (EtcdKey).
+func EtcdQueue(prefix, name string) string { return prefix + "/" + EtcdName(name) + "/" }
+
+// EtcdKey returns the key of the attempt under lease id in queue.
+func EtcdKey(queue string, leaseID int64) string { return fmt.Sprintf("%s%016x", queue, leaseID) }
+
+// EtcdName maps a lock name onto one etcd key element without '/',
+// injectively: '%' and '/' are percent-escaped (%25, %2F), every other
+// byte stands for itself (etcd keys are arbitrary bytes). Without a '/'
+// the queues of two names never overlap: "a" cannot be a prefix of the
+// queue of "a/b", whose element is "a%2Fb".
+func EtcdName(name string) string {
+	if !strings.ContainsAny(name, "%/") {
+		return name
+	}
+	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
+}

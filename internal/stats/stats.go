@@ -33,6 +33,23 @@ func Sample(n int, f func() error) ([]time.Duration, error) {
 	return ds, nil
 }
 
+// Interleave times n rounds of ops, each round calling every op once in
+// order, so that the ops see the same server and machine noise; it returns
+// each op's times. It stops at the first error.
+func Interleave(n int, ops ...func() error) ([][]time.Duration, error) {
+	times := make([][]time.Duration, len(ops))
+	for range n {
+		for j, op := range ops {
+			t0 := time.Now()
+			if err := op(); err != nil {
+				return times, err
+			}
+			times[j] = append(times[j], time.Since(t0))
+		}
+	}
+	return times, nil
+}
+
 // MedianOf is the Median of Sample(n, f).
 func MedianOf(n int, f func() error) (time.Duration, error) {
 	ds, err := Sample(n, f)

@@ -39,6 +39,7 @@ func TestComposeFile(t *testing.T) {
 		"zookeeper":   {"zookeeper:", "127.0.0.1:2181:2181"},
 		"postgres":    {"postgres:", "127.0.0.1:5432:5432"},
 		"mysql":       {"mysql:8", "127.0.0.1:3306:3306"},
+		"etcd":        {"quay.io/coreos/etcd:v3.4", "127.0.0.1:2379:2379"},
 	}
 	for name, w := range want {
 		s, ok := f.Services[name]

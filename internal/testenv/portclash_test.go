@@ -11,14 +11,22 @@ import (
 // picked, the new server fails to bind, is not mistaken for ready on the
 // other's answers, and starts again on a new port.
 func TestPortTakenRetries(t *testing.T) {
-	for _, kind := range []string{KindRedis, KindZooKeeper} {
+	start := map[string]func(t *testing.T) (*Server, error){
+		KindRedis:     func(*testing.T) (*Server, error) { return StartRedis(testCtx(t), nil) },
+		KindZooKeeper: func(*testing.T) (*Server, error) { return StartZooKeeper(testCtx(t), nil) },
+		KindEtcd:      func(*testing.T) (*Server, error) { return StartEtcd(testCtx(t), nil) },
+	}
+	for _, kind := range []string{KindRedis, KindZooKeeper, KindEtcd} {
 		t.Run(kind, func(t *testing.T) {
 			Require(t, kind)
 			var other *Server
-			if kind == KindRedis {
+			switch kind {
+			case KindRedis:
 				other = NewRedis(t, nil)
-			} else {
+			case KindZooKeeper:
 				other = NewZooKeeper(t, nil)
+			default:
+				other = NewEtcd(t, nil)
 			}
 			_, port, _ := strings.Cut(other.Addr, ":")
 			taken, _ := strconv.Atoi(port)
@@ -32,15 +40,8 @@ func TestPortTakenRetries(t *testing.T) {
 				return ps, err
 			}
 			defer func() { freePorts = freeLoopbackPorts }()
-			ctx := testCtx(t)
-			var s *Server
-			var err error
 			t0 := time.Now()
-			if kind == KindRedis {
-				s, err = StartRedis(ctx, nil)
-			} else {
-				s, err = StartZooKeeper(ctx, nil)
-			}
+			s, err := start[kind](t)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,6 +22,7 @@ const (
 	KindZooKeeper = "zookeeper"
 	KindPostgres  = "postgres"
 	KindMySQL     = "mysql"
+	KindEtcd      = "etcd"
 )
 
 // Fixed credentials of the SQL servers testenv starts.
@@ -44,7 +45,7 @@ var ErrShared = errors.New("testenv: shared server: use a dedicated one (NewRedi
 // Server is one running server process, or an external server named by a
 // DLOCK_TEST_*_URL environment variable.
 type Server struct {
-	// Kind is KindRedis, KindZooKeeper, KindPostgres or KindMySQL.
+	// Kind is KindRedis, KindZooKeeper, KindPostgres, KindMySQL or KindEtcd.
 	Kind string
 	// Addr is the client address, host:port.
 	Addr string
@@ -311,6 +312,28 @@ func poll(ctx context.Context, what string, check func() error) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// startTogether starts every member of an ensemble or cluster before
+// waiting for any (a member is not ready until a quorum is up). Its error
+// is a bind failure when one member had one, so that retryBind sees it.
+func startTogether(ctx context.Context, servers []*Server) error {
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errc <- s.start(ctx) }()
+	}
+	var errs []error
+	for range servers {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, err := range errs {
+		if bindFailure(err) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // closeServers closes every server of a cluster or ensemble.

@@ -21,6 +21,7 @@ const (
 	EnvZooKeeperURL  = "DLOCK_TEST_ZK_URL"
 	EnvPostgresURL   = "DLOCK_TEST_POSTGRES_URL"
 	EnvMySQLURL      = "DLOCK_TEST_MYSQL_URL"
+	EnvEtcdURL       = "DLOCK_TEST_ETCD_URL"
 	EnvRequire       = "DLOCK_REQUIRE_BACKENDS"
 	EnvTestEnvDocker = "DLOCK_TESTENV"
 )
@@ -60,6 +61,8 @@ func available(kind string, externalOK bool) error {
 		_, err = postgresBinDir()
 	case KindMySQL:
 		_, err = findMySQL()
+	case KindEtcd:
+		_, err = etcdPath()
 	default:
 		err = fmt.Errorf("testenv: unknown server kind %q", kind)
 	}
@@ -96,6 +99,8 @@ func externalURL(kind string) string {
 		return os.Getenv(EnvPostgresURL)
 	case KindMySQL:
 		return os.Getenv(EnvMySQLURL)
+	case KindEtcd:
+		return os.Getenv(EnvEtcdURL)
 	}
 	return ""
 }
@@ -114,7 +119,7 @@ func External(kind, rawURL string) (*Server, error) {
 	switch kind {
 	case KindRedis:
 		s.DSN = s.Addr
-	case KindZooKeeper:
+	case KindZooKeeper, KindEtcd:
 		s.DSN = u.Host
 	case KindPostgres:
 		s.DSN = rawURL
@@ -199,6 +204,11 @@ func markShared(v any) {
 		for _, s := range v.Servers {
 			s.shared = true
 		}
+	case *EtcdCluster:
+		v.shared = true
+		for _, s := range v.Servers {
+			s.shared = true
+		}
 	}
 }
 
@@ -221,6 +231,8 @@ func CloseShared() {
 		case *Cluster:
 			v.close()
 		case *Ensemble:
+			v.close()
+		case *EtcdCluster:
 			v.close()
 		}
 	}
@@ -448,4 +460,48 @@ func MySQL(t testing.TB) *Server {
 func NewMySQL(t testing.TB, opts *MySQLOptions) *Server {
 	t.Helper()
 	return newHelper(t, KindMySQL, func(ctx context.Context) (*Server, error) { return StartMySQL(ctx, opts) })
+}
+
+// Etcd returns a one-member etcd cluster shared by the test binary (fsync
+// on), or the external one named by DLOCK_TEST_ETCD_URL.
+func Etcd(t testing.TB) *Server {
+	t.Helper()
+	return sharedServer(t, KindEtcd, func(ctx context.Context) (*Server, error) { return StartEtcd(ctx, nil) })
+}
+
+// NewEtcd starts a dedicated one-member etcd cluster for t, closed at
+// t.Cleanup.
+func NewEtcd(t testing.TB, opts *EtcdOptions) *Server {
+	t.Helper()
+	return newHelper(t, KindEtcd, func(ctx context.Context) (*Server, error) { return StartEtcd(ctx, opts) })
+}
+
+// SharedEtcdCluster returns a cluster of n etcd members shared by the
+// test binary (per n): cases on it use names of their own and must not
+// kill its members.
+func SharedEtcdCluster(t testing.TB, n int) *EtcdCluster {
+	t.Helper()
+	if err := available(KindEtcd, false); err != nil {
+		missing(t, err)
+	}
+	return sharedGet(t, fmt.Sprintf("etcd-cluster-%d", n), func(ctx context.Context) (any, error) {
+		return StartEtcdCluster(ctx, n, nil)
+	}).(*EtcdCluster)
+}
+
+// NewEtcdCluster starts a dedicated cluster of n etcd members for t,
+// closed at t.Cleanup (for fault tests).
+func NewEtcdCluster(t testing.TB, n int, opts *EtcdOptions) *EtcdCluster {
+	t.Helper()
+	if err := available(KindEtcd, false); err != nil {
+		missing(t, err)
+	}
+	ctx, cancel := helperCtx(t)
+	defer cancel()
+	c, err := StartEtcdCluster(ctx, n, opts)
+	if err != nil {
+		fail(t, err)
+	}
+	t.Cleanup(func() { _ = c.close() })
+	return c
 }

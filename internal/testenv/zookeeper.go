@@ -201,27 +201,9 @@ func tryStartZK(ctx context.Context, inst *zkInstall, n, tick int, forceSync str
 		e.Addrs = append(e.Addrs, s.Addr)
 	}
 	e.URL = "zk://" + strings.Join(e.Addrs, ",")
-	// Start every member before waiting for any: a member of an ensemble
-	// is not ready until a quorum is up.
-	errc := make(chan error, n)
-	for _, s := range e.Servers {
-		go func() { errc <- s.start(ctx) }()
-	}
-	var errs []error
-	for range e.Servers {
-		if err := <-errc; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
+	if err := startTogether(ctx, e.Servers); err != nil {
 		e.close()
-		// Keep a bind failure recognisable for the retry.
-		for _, err := range errs {
-			if bindFailure(err) {
-				return nil, err
-			}
-		}
-		return nil, errors.Join(errs...)
+		return nil, err
 	}
 	if n > 1 {
 		if err := e.WaitServing(ctx); err != nil {

@@ -1,0 +1,228 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/layout"
+)
+
+// errRequeue: the attempt's key vanished before the grant (its lease
+// expired or was revoked while it waited); the attempt was abandoned and
+// starts again with a new lease and key.
+var errRequeue = errors.New("etcd: queued key vanished")
+
+// attempt is one acquisition: an etcd lease of the TTL and a key under it
+// in the name's queue.
+type attempt struct {
+	l     *locker
+	queue string // "<prefix>/<escaped name>/"
+	owner string
+	ttl   int64 // seconds
+
+	start time.Time // start of the lease grant request
+	id    clientv3.LeaseID
+	key   string
+	rev   int64 // our key's create revision: the fencing token once granted
+}
+
+// enqueue grants the lease and creates the key in one transaction that also
+// reads the lowest create revision of the queue (etcd's concurrency.Mutex
+// recipe, one round trip after the grant). It returns that revision.
+func (a *attempt) enqueue(ctx context.Context) (int64, error) {
+	a.start = time.Now()
+	g, err := a.l.cli.Grant(ctx, a.ttl)
+	if err != nil {
+		return 0, err
+	}
+	a.id = g.ID
+	a.key = layout.EtcdKey(a.queue, int64(g.ID))
+	resp, err := a.l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
+		Then(clientv3.OpPut(a.key, a.owner, clientv3.WithLease(a.id)), clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
+		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		return 0, err
+	}
+	a.rev = resp.Header.Revision
+	if !resp.Succeeded {
+		// The key exists: a retried transaction whose first try was
+		// applied (the lease is ours, so is the key).
+		a.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	first := resp.Responses[1].GetResponseRange().Kvs
+	if len(first) == 0 {
+		return 0, errRequeue // our key is gone already (revoked)
+	}
+	return first[0].CreateRevision, nil
+}
+
+// abandon revokes the attempt's lease, which deletes its key, with a fresh
+// bounded context: a cancelled or failed attempt leaves nothing behind.
+func (a *attempt) abandon() {
+	if a.id == 0 {
+		return
+	}
+	ctx, cancel := cleanupCtx()
+	defer cancel()
+	_, _ = a.l.cli.Revoke(ctx, a.id)
+	a.id = 0
+}
+
+// grant makes the lease of a granted attempt; at is a local time at or
+// before the server last started the etcd lease's TTL.
+func (a *attempt) grant(at time.Time) *lease {
+	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, at: at, lost: make(chan struct{})}
+	ls.watch()
+	return ls
+}
+
+// wait waits until every key below ours is gone, watching only the
+// predecessor (the key with the greatest create revision below ours), so
+// that a release wakes one waiter, not the herd. It renews the etcd lease
+// every third of the TTL meanwhile. It returns errRequeue (after abandoning
+// the attempt) when our key vanished.
+func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
+	every := time.Duration(a.ttl) * time.Second / 3
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	// pause waits a moment after a failed call (no leader during an
+	// election, a member restarting), renewing the lease on the way: a
+	// waiter keeps its place through a transient failure, and ctx bounds
+	// how long it tries.
+	pause := func() error {
+		select {
+		case <-time.After(100 * time.Millisecond):
+			return nil
+		case <-tick.C:
+			return a.keepAlive(ctx)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for {
+		resp, err := a.l.cli.Get(ctx, a.queue,
+			append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
+		if err != nil {
+			if err := pause(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(resp.Kvs) == 0 {
+			ls, lowest, err := a.grantWaited(ctx)
+			switch {
+			case err == nil && lowest:
+				return ls, nil
+			case err == nil:
+				// A key below ours appeared: wait for it.
+			case errors.Is(err, errRequeue) || ctx.Err() != nil:
+				return nil, err
+			default:
+				if err := pause(); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if err := a.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision+1, tick.C); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitDelete waits until key is deleted at or after revision rev (or the
+// watch breaks: the caller looks again), renewing our lease on each tick.
+func (a *attempt) waitDelete(ctx context.Context, key string, rev int64, tick <-chan time.Time) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := a.l.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !ok || wr.Err() != nil {
+				// No leader, a compacted revision, a broken stream: pause
+				// a moment and look again.
+				select {
+				case <-time.After(50 * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				return nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-tick:
+			if err := a.keepAlive(ctx); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// keepAlive renews our etcd lease while we wait; a lease that is gone
+// sends the attempt back to the queue. Other failures are left to the
+// next tick.
+func (a *attempt) keepAlive(ctx context.Context) error {
+	kctx, cancel := context.WithTimeout(ctx, time.Duration(a.ttl)*time.Second/3)
+	defer cancel()
+	_, err := a.l.cli.KeepAliveOnce(kctx, a.id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		a.abandon()
+		return errRequeue
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// grantWaited is the grant after waiting, which re-checks what waiting may
+// have cost (Jepsen's etcd 3.4.3 finding: a lease that expired while its
+// owner waited was still granted the lock): it renews the etcd lease first
+// (a lease that is gone fails), then, in one transaction, checks that our
+// key still exists with its create revision and that it is the lowest of
+// the queue. The grant time is the start of the renewal, after which the
+// server holds the lease for a whole TTL. lowest is false when a key below
+// ours appeared (the caller waits again).
+func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool, _ error) {
+	at := time.Now()
+	if _, err := a.l.cli.KeepAliveOnce(ctx, a.id); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			a.abandon()
+			return nil, false, errRequeue
+		}
+		return nil, false, err
+	}
+	resp, err := a.l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+		Then(clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		return nil, false, err
+	}
+	if !resp.Succeeded {
+		a.abandon()
+		return nil, false, errRequeue
+	}
+	first := resp.Responses[0].GetResponseRange().Kvs
+	if len(first) == 0 || first[0].CreateRevision != a.rev {
+		return nil, false, nil
+	}
+	return a.grant(at), true, nil
+}

@@ -1,0 +1,108 @@
+package etcd
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/stats"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// BenchmarkUncontended: one client acquires and releases a free lock with
+// dlock's etcd driver (TTL 10s), with etcd's own concurrency.Mutex (on a
+// session created beforehand, as its users do), with the floor of the same
+// guarantees (grant a lease of the TTL, put-if-absent under it reading the
+// queue's lowest create revision, delete), and a linearizable Get (one raw
+// round trip), the four interleaved in each iteration so that they see
+// the same server and noise. Run with a fixed count, e.g.
+//
+//	go test -run '^$' -bench Uncontended -benchtime 500x -count 5 ./
+//
+// Each sub-benchmark starts its own one-member server: fsync on (etcd's
+// default) and --unsafe-no-fsync. Reported: p50 of each (µs) and the
+// ratios dlock/floor and dlock/mutex. ns/op is the sum of the four.
+func BenchmarkUncontended(b *testing.B) {
+	for _, nofsync := range []bool{false, true} {
+		srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: nofsync})
+		b.Run("fsync="+srv.Settings["fsync"], func(b *testing.B) {
+			ctx := testenv.Context(b, 10*time.Minute)
+			prefix := fmt.Sprintf("/dlockbench/%d", time.Now().UnixNano())
+			l, err := dlock.Open(ctx, srv.URL+prefix)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + srv.Addr}, Logger: zap.NewNop()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cli.Close()
+			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sess.Close()
+			mu := concurrency.NewMutex(sess, prefix+"-mutex/u")
+			opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+			ops := []func() error{
+				func() error { // dlock
+					ls, err := l.Acquire(ctx, "u", opts)
+					if err != nil {
+						return err
+					}
+					return ls.Release(ctx)
+				},
+				func() error { // concurrency.Mutex
+					if err := mu.Lock(ctx); err != nil {
+						return err
+					}
+					return mu.Unlock(ctx)
+				},
+				func() error { // floor
+					g, err := cli.Grant(ctx, 10)
+					if err != nil {
+						return err
+					}
+					q := prefix + "-floor/u/"
+					key := fmt.Sprintf("%s%016x", q, int64(g.ID))
+					if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+						Then(clientv3.OpPut(key, "", clientv3.WithLease(g.ID)), clientv3.OpGet(q, clientv3.WithFirstCreate()...)).Commit(); err != nil {
+						return err
+					}
+					_, err = cli.Delete(ctx, key)
+					return err
+				},
+				func() error { // raw round trip
+					_, err := cli.Get(ctx, prefix+"-rtt")
+					return err
+				},
+			}
+			for _, op := range ops {
+				for range 20 {
+					if err := op(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ResetTimer()
+			times, err := stats.Interleave(b.N, ops...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			d, m, f, r := stats.Median(times[0]), stats.Median(times[1]), stats.Median(times[2]), stats.Median(times[3])
+			b.ReportMetric(stats.Micros(d), "dlock-p50-µs")
+			b.ReportMetric(stats.Micros(m), "mutex-p50-µs")
+			b.ReportMetric(stats.Micros(f), "floor-p50-µs")
+			b.ReportMetric(stats.Micros(r), "get-p50-µs")
+			b.ReportMetric(float64(d)/float64(f), "dlock/floor")
+			b.ReportMetric(float64(d)/float64(m), "dlock/mutex")
+		})
+	}
+}

@@ -1,0 +1,87 @@
+// Package etcd is dlock's etcd driver, on the official client
+// go.etcd.io/etcd/client/v3 (v3.5, which speaks to etcd 3.4 and later
+// servers).
+//
+// It is a module of its own, github.com/dlock-go/dlock/etcd: the etcd
+// client brings grpc, protobuf and zap, which applications that use
+// another backend should not have to download or link. Import it to
+// register its schemes:
+//
+//	import _ "github.com/dlock-go/dlock/etcd"
+//
+// # URLs
+//
+//	etcd://host1:2379,host2:2379,host3:2379/prefix?dial_timeout=5s
+//	etcds://user:password@host1:2379/prefix?skip_verify=false
+//
+// opens one etcd client to the members listed (port 2379 when omitted;
+// the client keeps to these endpoints and does not learn others) and keeps
+// every lock under the key prefix (the URL's path, default /dlock; a
+// trailing '/' is dropped). etcds:// speaks TLS to every member, verifying
+// their certificates against the system roots for the first host's name.
+// user:password@ authenticates with etcd's user authentication; the
+// password never appears in an error or a log line. Parameters (unknown
+// ones are an error):
+//
+//   - dial_timeout (default 5s): how long the client waits for a
+//     connection before a call fails.
+//   - skip_verify (etcds:// only, default false): do not verify the
+//     members' certificates (tests only).
+//
+// OpenLocker uses a *clientv3.Client that you opened (and that Close
+// leaves open).
+//
+// # Keys
+//
+// Each attempt to acquire a name is one key, under an etcd lease of its
+// own whose TTL is the lease's (rounded up to whole seconds):
+//
+//	<prefix>/<escaped name>/<etcd lease id, 16 hex digits>   value: the Owner of the request
+//
+// The escaped name is the name with '%' and '/' percent-escaped (%25,
+// %2F), so that the keys of two names never share a prefix; any other
+// byte stands for itself. Nothing else is ever written: a released,
+// abandoned or expired attempt leaves no key behind (its key is deleted,
+// or goes with its revoked or expired lease).
+//
+// # Guarantees
+//
+// The recipe is etcd's own concurrency.Mutex, with a lease per dlock
+// lease and the re-check Jepsen found missing in etcd 3.4.3's mutex:
+//
+//   - An attempt grants an etcd lease with the TTL and creates its key in
+//     one transaction that also reads the queue's lowest create revision;
+//     it holds the lock when that is its own key's. TryAcquire deletes its
+//     key at once (it revokes its etcd lease) when it does not.
+//   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair)
+//     and each watches only its predecessor, the key with the greatest
+//     create revision below its own, so a release wakes one waiter. While
+//     it waits, a waiter renews its etcd lease every third of the TTL.
+//   - After waiting, the grant renews the etcd lease (a lease that expired
+//     while its owner waited fails here, and the attempt queues again with
+//     a new lease) and then checks, in one transaction, that its key still
+//     exists with its create revision and is the lowest of the queue. The
+//     lease's local deadline counts from the start of that renewal.
+//   - The fencing token is the create revision of the holder's key: etcd's
+//     global revision, which never goes back (across restarts, compactions
+//     and leader changes), so tokens of successive holders strictly
+//     increase. With --unsafe-no-fsync a crash of every member may lose
+//     acknowledged writes, and with them revisions already handed out.
+//   - Refresh renews the etcd lease (KeepAliveOnce) and checks that the key
+//     is still there; a lease the server dropped is ErrNotHeld. A watch on
+//     the holder's key reports a loss (its deletion) at once, before the
+//     next renewal would.
+//   - Release deletes the key only if it still has its create revision
+//     (another owner's key has another name and is never touched), then
+//     revokes the etcd lease in the background.
+//   - A cancelled Acquire revokes its etcd lease, deleting its key, with a
+//     fresh context bounded to 5s. A holder that dies frees the lock when
+//     its etcd lease expires: the TTL after its last renewal, rounded up to
+//     whole seconds, plus up to 500ms (the server's lessor looks for
+//     expired leases twice a second). A leader change renews every lease on
+//     the server, which may keep a dead holder's lock longer.
+//
+// etcd refuses leases shorter than 1.5 × its election timeout (2s with the
+// default 1s), so the driver declares MinTTL 2s: the portable layer refuses
+// shorter TTLs rather than let the server lengthen them silently.
+package etcd

@@ -1,0 +1,207 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// lease is one grant: our key, its create revision (the token) and the
+// etcd lease it lives under.
+type lease struct {
+	l   *locker
+	id  clientv3.LeaseID
+	key string
+	rev int64
+	at  time.Time
+
+	lost     chan struct{}
+	lostOnce sync.Once
+
+	mu       sync.Mutex
+	released bool
+	stop     context.CancelFunc // ends the watch on our key
+}
+
+var (
+	_ driver.Lease   = (*lease)(nil)
+	_ driver.Granted = (*lease)(nil)
+)
+
+func (ls *lease) Token() uint64         { return uint64(ls.rev) }
+func (ls *lease) GrantedAt() time.Time  { return ls.at }
+func (ls *lease) Lost() <-chan struct{} { return ls.lost }
+func (ls *lease) String() string        { return ls.key }
+
+func (ls *lease) markLost() { ls.lostOnce.Do(func() { close(ls.lost) }) }
+
+// watch reports the lease lost as soon as our key is deleted behind our
+// back (the etcd lease expired or was revoked, an operator deleted it):
+// earlier than the next refresh would. It watches from the revision after
+// our create, so a delete before the watch starts is not missed.
+func (ls *lease) watch() {
+	ctx, cancel := context.WithCancel(ls.l.closing)
+	ls.stop = cancel
+	ls.l.mu.Lock()
+	if ls.l.closed {
+		ls.l.mu.Unlock()
+		return
+	}
+	ls.l.wg.Add(1)
+	ls.l.mu.Unlock()
+	go func() {
+		defer ls.l.wg.Done()
+		rev := ls.rev + 1
+		for ctx.Err() == nil {
+			wch := ls.l.cli.Watch(ctx, ls.key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+			for wr := range wch {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == mvccpb.DELETE {
+						ls.markLost()
+						return
+					}
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// The watch broke (compaction, a lost stream): is the key
+			// still ours? Then watch again from now.
+			gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := ls.l.cli.Get(gctx, ls.key)
+			gcancel()
+			switch {
+			case err != nil:
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != ls.rev:
+				ls.markLost()
+				return
+			default:
+				rev = resp.Header.Revision + 1
+			}
+		}
+	}()
+}
+
+// Refresh renews the etcd lease (KeepAliveOnce: the server holds it a whole
+// TTL from now) and checks that our key is still there: a lease that is
+// gone, or a key deleted behind our back, is ErrNotHeld.
+func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	ls.mu.Lock()
+	released := ls.released
+	ls.mu.Unlock()
+	if released {
+		return fmt.Errorf("etcd: %w", driver.ErrNotHeld)
+	}
+	if err := ls.lostErr(); err != nil {
+		return err
+	}
+	octx, cancel := ls.l.op(ctx)
+	defer cancel()
+	err := ls.refresh(octx, ttl)
+	if err != nil {
+		// The key's deletion, seen by the watch while the renewal was in
+		// flight (the portable layer then cancels ctx), is the answer.
+		if lerr := ls.lostErr(); lerr != nil {
+			return lerr
+		}
+	}
+	return ls.l.wrapErr(ctx, err)
+}
+
+// lostErr is ErrNotHeld once the watch saw our key deleted.
+func (ls *lease) lostErr() error {
+	select {
+	case <-ls.lost:
+		return fmt.Errorf("etcd: key %s was deleted: %w", ls.key, driver.ErrNotHeld)
+	default:
+		return nil
+	}
+}
+
+// refresh is Refresh's work; its errors lack the package prefix.
+func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
+	resp, err := ls.l.cli.KeepAliveOnce(octx, ls.id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		ls.markLost()
+		return fmt.Errorf("lease %x: %w", int64(ls.id), driver.ErrNotHeld)
+	}
+	if err != nil {
+		return err
+	}
+	if got := time.Duration(resp.TTL) * time.Second; got < ttl {
+		return fmt.Errorf("refresh by %v: the etcd lease lasts %v: %w", ttl, got, driver.ErrUnsupported)
+	}
+	g, err := ls.l.cli.Get(octx, ls.key, clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != ls.rev {
+		ls.markLost()
+		return fmt.Errorf("key %s is gone: %w", ls.key, driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release deletes our key if and only if it is still ours (same create
+// revision), then revokes the etcd lease in the background (Close waits
+// for it). A key per lease id means no other owner's key is ever touched.
+func (ls *lease) Release(ctx context.Context) error {
+	ls.mu.Lock()
+	ls.released = true
+	ls.mu.Unlock()
+	if ls.stop != nil {
+		ls.stop()
+	}
+	octx, cancel := ls.l.op(ctx)
+	defer cancel()
+	resp, err := ls.l.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(ls.key), "=", ls.rev)).
+		Then(clientv3.OpDelete(ls.key)).
+		Commit()
+	ls.revokeLater()
+	if err != nil {
+		return ls.l.wrapErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("etcd: key %s is gone: %w", ls.key, driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// revokeLater revokes the etcd lease off the release's path: the key is
+// already deleted, the lease only costs the server memory until its TTL.
+func (ls *lease) revokeLater() {
+	revoke := func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		_, _ = ls.l.cli.Revoke(ctx, ls.id)
+	}
+	ls.l.mu.Lock()
+	if ls.l.closed {
+		// Close is waiting or done: no new background work.
+		ls.l.mu.Unlock()
+		revoke()
+		return
+	}
+	ls.l.wg.Add(1)
+	ls.l.mu.Unlock()
+	go func() {
+		defer ls.l.wg.Done()
+		revoke()
+	}()
+}

@@ -1,0 +1,213 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/layout"
+)
+
+// TTL range. etcd grants leases in whole seconds, and no shorter than its
+// minimum of 1.5 × the election timeout (rounded up: 2s with the default
+// 1s election timeout), so a shorter TTL would be silently lengthened.
+// Its longest lease is 9,000,000,000 seconds; the driver declares ten
+// years, as the SQL version strategy does.
+const (
+	MinTTL = 2 * time.Second
+	MaxTTL = 3650 * 24 * time.Hour
+)
+
+// cleanupTimeout bounds the clean-up (a lease revoke) of a failed or
+// cancelled attempt and the background revoke after a release.
+const cleanupTimeout = 5 * time.Second
+
+// OpenLocker returns a Locker that uses cli, a client the caller opened and
+// keeps: Close never closes it. It makes no server call; it returns an
+// error wrapping dlock.ErrInvalidOption if cli is nil or opts.Prefix is
+// invalid.
+func OpenLocker(cli *clientv3.Client, opts *Options) (*dlock.Locker, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("etcd: OpenLocker needs a client: %w", driver.ErrInvalidOption)
+	}
+	prefix, err := opts.prefix()
+	if err != nil {
+		return nil, err
+	}
+	return dlock.NewLocker(newLocker(cli, false, prefix)), nil
+}
+
+// locker is the driver.Locker of one etcd client.
+type locker struct {
+	cli    *clientv3.Client
+	own    bool // Close closes cli
+	prefix string
+
+	// closing ends with Close: every call in flight is cancelled through
+	// it (see op), and waiters return ErrClosed.
+	closing context.Context
+	close   context.CancelFunc
+	once    sync.Once
+
+	// mu guards closed and the WaitGroup's Add against Close's Wait.
+	mu     sync.Mutex
+	closed bool
+	// wg counts acquisitions in flight, background revokes and lease
+	// watches: Close waits for them before it closes the client.
+	wg sync.WaitGroup
+}
+
+var (
+	_ driver.Locker    = (*locker)(nil)
+	_ driver.Blocker   = (*locker)(nil)
+	_ driver.Inspector = (*locker)(nil)
+)
+
+func newLocker(cli *clientv3.Client, own bool, prefix string) *locker {
+	l := &locker{cli: cli, own: own, prefix: prefix}
+	l.closing, l.close = context.WithCancel(context.Background())
+	return l
+}
+
+func (l *locker) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Backend:              "etcd",
+		Strategy:             "revision",
+		Fencing:              true,
+		FencingNote:          "create revision of the attempt's key: etcd's global revision, never reset (survives restarts and leader changes)",
+		TokensSurviveRestart: true,
+		Fair:                 true,
+		Wait:                 driver.WaitQueue,
+		ReleaseOnCrash:       driver.ReleaseAfterTTL,
+		MinTTL:               MinTTL,
+		MaxTTL:               MaxTTL,
+		Notes: "a key per attempt under an etcd lease of the TTL (rounded up to whole seconds); the lowest create revision holds, each waiter watches its predecessor; " +
+			"the lease is renewed and the key re-checked after waiting; a leader change renews every lease on the server (a dead holder's lock may outlive its TTL then)",
+	}
+}
+
+// enter registers a call with Close; it fails once the Locker is closed.
+func (l *locker) enter() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("etcd: %w", driver.ErrClosed)
+	}
+	l.wg.Add(1)
+	return nil
+}
+
+func (l *locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+func (l *locker) Close() error {
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		l.close()
+		l.wg.Wait()
+		if l.own {
+			_ = l.cli.Close()
+		}
+	})
+	return nil
+}
+
+// op returns ctx, also cancelled when the Locker closes.
+func (l *locker) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.closing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// cleanupCtx is a fresh bounded context for a clean-up: never the caller's
+// (perhaps cancelled) one, and not cut short by Close, which waits for it.
+func cleanupCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), cleanupTimeout)
+}
+
+// wrapErr gives a client error the package prefix, maps a call cut short by
+// Close onto ErrClosed and a lease that is gone onto ErrNotHeld. Context
+// errors of the caller pass through.
+func (l *locker) wrapErr(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case l.isClosed():
+		return fmt.Errorf("etcd: %w: %w", driver.ErrClosed, err)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("etcd: %w", driver.ErrNotHeld)
+	}
+	return fmt.Errorf("etcd: %w", err)
+}
+
+// ttlSeconds is the etcd lease TTL for ttl: whole seconds, rounded up
+// (never down: the server must hold the lease at least ttl).
+func ttlSeconds(ttl time.Duration) int64 {
+	s := int64(ttl / time.Second)
+	if ttl%time.Second != 0 {
+		s++
+	}
+	return max(s, 1)
+}
+
+func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	return l.acquire(ctx, req, false)
+}
+
+func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	return l.acquire(ctx, req, true)
+}
+
+func (l *locker) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Lease, error) {
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	defer l.wg.Done()
+	octx, cancel := l.op(ctx)
+	defer cancel()
+	for {
+		a := &attempt{l: l, queue: layout.EtcdQueue(l.prefix, req.Name), owner: req.Owner, ttl: ttlSeconds(req.TTL)}
+		holder, err := a.enqueue(octx)
+		if errors.Is(err, errRequeue) {
+			a.abandon()
+			continue
+		}
+		if err != nil {
+			a.abandon()
+			return nil, l.wrapErr(ctx, err)
+		}
+		if holder == a.rev {
+			return a.grant(a.start), nil
+		}
+		if !wait {
+			a.abandon()
+			return nil, fmt.Errorf("etcd: %w", driver.ErrNotAcquired)
+		}
+		ls, err := a.wait(octx)
+		if errors.Is(err, errRequeue) {
+			continue // a.wait abandoned the attempt: queue again
+		}
+		if err != nil {
+			a.abandon()
+			if l.isClosed() {
+				return nil, fmt.Errorf("etcd: %w", driver.ErrClosed)
+			}
+			return nil, l.wrapErr(ctx, err)
+		}
+		return ls, nil
+	}
+}

@@ -1,0 +1,87 @@
+package etcd
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// TestLeaseLostWhileWaiting is Jepsen's etcd 3.4.3 finding: a waiter whose
+// etcd lease ends while it waits (here revoked behind its back) must not be
+// granted on its dead key when the holder releases; it queues again with a
+// new lease and is granted on a live key, with a new, greater token.
+func TestLeaseLostWhileWaiting(t *testing.T) {
+	s := testenv.Etcd(t)
+	ctx := testenv.Context(t, time.Minute)
+	prefix := fmt.Sprintf("/dlocktest/recheck-%d", time.Now().UnixNano())
+	l, err := dlock.Open(ctx, s.URL+prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		lease *dlock.Lease
+		err   error
+	}
+	got := make(chan res, 1)
+	go func() {
+		b, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: 3 * time.Second})
+		got <- res{b, err}
+	}()
+	// The waiter's key: the second of the queue.
+	type kv struct {
+		Key            []byte `json:"key"`
+		CreateRevision string `json:"create_revision"`
+		Lease          string `json:"lease"`
+	}
+	var waiter kv
+	q := layout.EtcdQueue(prefix, "n")
+	end := []byte(q)
+	end[len(end)-1]++
+	b64 := base64.StdEncoding.EncodeToString
+	for waiter.Lease == "" {
+		var r struct{ Kvs []kv }
+		if err := testenv.EtcdCall(ctx, s.Addr, "/v3/kv/range", map[string]any{"key": b64([]byte(q)), "range_end": b64(end), "sort_target": "CREATE", "sort_order": "ASCEND"}, &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) == 2 {
+			waiter = r.Kvs[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := testenv.EtcdCall(ctx, s.Addr, "/v3/lease/revoke", map[string]string{"ID": waiter.Lease}, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.lease.Release(ctx)
+	dead, _ := strconv.ParseUint(waiter.CreateRevision, 10, 64)
+	if tok := r.lease.Token(); tok <= dead || tok <= a.Token() {
+		t.Errorf("granted with token %d: the dead key's revision is %d, the holder's %d", tok, dead, a.Token())
+	}
+	info, err := l.Inspect(ctx, "n")
+	if err != nil || !info.Held || info.Fence != r.lease.Token() || info.Waiters != 0 || info.TTL <= 0 {
+		t.Errorf("Inspect = %+v, %v; want held by token %d with a TTL, no waiters", info, err, r.lease.Token())
+	}
+	select {
+	case <-r.lease.Done():
+		t.Fatalf("the new lease ended: %v", r.lease.Err())
+	default:
+	}
+}
