@@ -178,3 +178,33 @@ func TestVersionWakeRace(t *testing.T) {
 	}
 	t.Logf("150 rounds: in %d the first attempt failed and the release woke the waiter; in the others it found the lock free", woken)
 }
+
+// TestVersionOldTable: a lock table created before waiters_until existed
+// gets the column from the migration, and its version leases work.
+func TestVersionOldTable(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	table := fmt.Sprintf("old_locks_%d", time.Now().UnixNano())
+	if _, err := c.Exec(ctx, `CREATE TABLE `+table+` (name text PRIMARY KEY, fence bigint NOT NULL DEFAULT 0, owner text NOT NULL DEFAULT '',
+		acquired_at timestamptz, expires_at timestamptz, session bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "version", "table", table))
+	ls, err := l.Acquire(ctx, "old", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'waiters_until'", table).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("waiters_until columns: %d, %v; want 1", n, err)
+	}
+}
