@@ -300,24 +300,23 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 // data-modifying WITH runs whether or not it is read; reg writes only
 // when up granted nothing: a statement never writes a row twice.)
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	// Without a registration to make, the statement has no reg: a
+	// data-modifying WITH costs every attempt its executor even when it
+	// writes nothing.
+	reg, args := "", []any{r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce}
+	if r.Register > 0 {
+		reg = `,
+reg AS (UPDATE ` + t.Q + ` SET waiters_until = greatest(waiters_until, now() + $5::bigint * interval '1 microsecond')
+	WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up) RETURNING 1)`
+		args = append(args, sqllock.Micros(r.Register))
+	}
 	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
 up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
 	WHERE t.expires_at IS NULL OR t.expires_at <= now()
-	RETURNING t.fence),
-reg AS (UPDATE `+t.Q+` SET waiters_until = greatest(waiters_until, now() + $5::bigint * interval '1 microsecond')
-	WHERE name = $1 AND $5::bigint > 0 AND NOT EXISTS (SELECT 1 FROM up) RETURNING 1)
-SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce, registerMicros(r))}
-}
-
-// registerMicros is VersionAcquire's registration in microseconds (0:
-// none).
-func registerMicros(r sqllock.Req) int64 {
-	if r.Register <= 0 {
-		return 0
-	}
-	return sqllock.Micros(r.Register)
+	RETURNING t.fence)`+reg+`
+SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, args...)}
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
