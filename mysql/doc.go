@@ -109,7 +109,11 @@
 // out twice, a name's tokens strictly increase whatever the clock does,
 // and a row or table dropped and created again goes on above the old
 // tokens (unless the clock went back). getlock writes the row right after
-// GET_LOCK granted the lock, in the same round trip.
+// GET_LOCK granted the lock, in the same round trip. Earlier releases of
+// dlock took version and getlock tokens from the counter, whose values
+// can lie below the clock: stop every client of an earlier release on a
+// version or getlock table before a client of this one uses it, or a
+// token may go backwards.
 //
 // TTLs (Capabilities.MinTTL and MaxTTL): forupdate and getlock accept 1s
 // to 31536000s (wait_timeout's range, in whole seconds: a shorter TTL is
