@@ -208,3 +208,40 @@ func TestVersionOldTable(t *testing.T) {
 		t.Fatalf("waiters_until columns: %d, %v; want 1", n, err)
 	}
 }
+
+// TestVersionRegistrationRenewed: a waiter's registration outlives its
+// first 10s while it waits (the hub renews it), so a release after that
+// still notifies it.
+func TestVersionRegistrationRenewed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 12s")
+	}
+	srv := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	url := sqltest.WithParams(srv.URL, "strategy", "version")
+	holder, waiter := sqltest.Open(t, ctx, url), sqltest.Open(t, ctx, url)
+	name := fmt.Sprintf("renew/%d", time.Now().UnixNano())
+	ls, err := holder.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := waiter.Driver()
+	wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("the waiter's attempt at a held name: %v, want ErrNotAcquired", err)
+	}
+	time.Sleep(12 * time.Second) // past the first registration's 10s
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a release 12s into the wait did not wake the waiter: its registration was not renewed")
+	}
+}
