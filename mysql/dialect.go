@@ -17,10 +17,12 @@ import (
 // multi-statement script needs no procedure. Times are UTC_TIMESTAMP(6):
 // the server's clock, independent of the session's time zone.
 //
-// Tokens come from an AUTO_INCREMENT table, whose values are never rolled
-// back (a row inserted and deleted at once per token), on MariaDB and
-// MySQL 8 alike. (A MariaDB SEQUENCE would save the writes, but NEXTVAL
-// inside a forupdate transaction stalled concurrent acquirers under load.)
+// forupdate's tokens come from an AUTO_INCREMENT table, whose values are
+// never rolled back (a row inserted and deleted at once per token), on
+// MariaDB and MySQL 8 alike. (A MariaDB SEQUENCE would save the writes,
+// but NEXTVAL inside a forupdate transaction stalled concurrent acquirers
+// under load.) version and getlock move the row's fence on in the grant's
+// autocommitted statement (nextFence).
 type dialect struct{}
 
 func (dialect) Backend() string           { return "mysql" }
@@ -257,25 +259,52 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 				r.Owner, r.Name),
 			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
 	}
-	timeout := getLockTimeout(r)
-	// The token and the name's row (the holder's owner, token and
-	// session, for Inspect) are written in one transaction: one commit
-	// where the counter alone took two. READ COMMITTED: the UPDATE of a
-	// name without a row yet takes no gap lock, which the INSERT of
-	// another new name could deadlock on. The row is only written by the
-	// holder of GET_LOCK, so it is never waited for.
-	out := []sqllock.Stmt{session(r), sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), timeout),
-		sqllock.S("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"), sqllock.S("START TRANSACTION")}
-	out = append(out, d.token(t, "@dlock_g = 1")...)
-	return append(out,
-		sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
+	// getlock: the token is the name's row's fence, moved on by the
+	// holder's own autocommitted UPDATE (committed, as durably as any
+	// commit, before the reply), so no counter, transaction or saved
+	// setting is needed: GET_LOCK, then (when granted) the session's idle
+	// limit and the row's write, then the token. Only the holder of
+	// GET_LOCK writes the row, so the UPDATE never waits; a name without a
+	// row yet gets one (INSERT IGNORE, once per name). The session's
+	// wait_timeout is saved once per connection (@dlock_wt) and changed
+	// only on a grant, so a refused attempt leaves nothing to undo.
+	// A SET evaluates all its values before it assigns any: GET_LOCK's
+	// result is read by the next statement. The INSERT's ROW_COUNT() is
+	// the UPDATE's.
+	return []sqllock.Stmt{
+		sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), getLockTimeout(r)),
+		sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(@dlock_g = 1, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)),
+		sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID() WHERE name = ? AND @dlock_g = 1",
 			r.Owner, r.Name),
-		sqllock.S("SET @dlock_n = ROW_COUNT()"),
-		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, @dlock_t, ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_t IS NOT NULL AND @dlock_n = 0",
+		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_g = 1 AND ROW_COUNT() = 0",
 			r.Name, r.Owner),
-		sqllock.S("COMMIT"),
-		sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+		sqllock.S("SELECT LAST_INSERT_ID() FROM DUAL WHERE @dlock_g = 1"),
+	}
 }
+
+var _ sqllock.FencingNoter = dialect{}
+
+// FencingNote: getlock's token is its row's, not the counter's.
+func (dialect) FencingNote(s sqllock.Strategy, t sqllock.Table) string {
+	if s != sqllock.Native {
+		return ""
+	}
+	return "the name's row's fence, moved on (to the last token plus one, or the server's clock in microseconds if larger) by an autocommitted UPDATE right after GET_LOCK granted the lock, in the same round trip"
+}
+
+// clockMicros is the server's clock in microseconds since the epoch (UTC,
+// whatever the session's time zone).
+const clockMicros = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
+// nextFence is the next token of a row whose fence column holds the last:
+// one more, or the server's clock in microseconds when that is larger.
+// Tokens of a row strictly increase whatever the clock does; a row (or a
+// table) dropped and created again goes on above the old one's tokens,
+// which were at most one per microsecond ahead of the clock, unless the
+// clock went back. The version and getlock tokens are written by the
+// grant's own autocommitted statement: a token is returned only once its
+// commit is done, so a crash of the server cannot hand it out again.
+const nextFence = "GREATEST(fence + 1, " + clockMicros + ")"
 
 // Persist commits a write of its own (a counter value taken and dropped)
 // so that InnoDB writes its redo log, the counter's advance of an open
@@ -291,8 +320,15 @@ func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllo
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("ROLLBACK"), restore}
 	}
-	return []sqllock.Stmt{sqllock.S("ROLLBACK"), sqllock.S("DO RELEASE_LOCK(?)", lockKey(r.Name)), restore}
+	if r.Missed {
+		return nil // GET_LOCK refused: nothing was changed
+	}
+	return []sqllock.Stmt{sqllock.S("DO RELEASE_LOCK(?)", lockKey(r.Name)), restoreWait}
 }
+
+// restoreWait puts back the wait_timeout that a getlock grant changed
+// (saved in @dlock_wt, kept for the connection's next grant).
+var restoreWait = sqllock.S("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)")
 
 func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
@@ -305,22 +341,19 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("COMMIT"), restore}
 	}
-	return []sqllock.Stmt{restore, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
+	return []sqllock.Stmt{restoreWait, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
 }
 
-// VersionAcquire returns no row when name has no row yet.
+// VersionAcquire takes the lease in one autocommitted UPDATE, which
+// moves the row's fence on (nextFence) and returns it through
+// LAST_INSERT_ID; the SELECT that follows reads it, or (not granted) the
+// holder's remaining lease, and returns no row when name has no row yet.
 func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	out := []sqllock.Stmt{
-		sqllock.S("SET @dlock_r = NULL, @dlock_t = NULL, @dlock_x = NULL"),
-		sqllock.S("START TRANSACTION"),
-		sqllock.S("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 1 INTO @dlock_r, @dlock_x FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name),
+	return []sqllock.Stmt{
+		sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
+			" WHERE name = ? AND (expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))", r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Name),
+		sqllock.S("SELECT IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL), IF(ROW_COUNT() = 1, NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) FROM "+t.Q+" WHERE name = ?", r.Name),
 	}
-	out = append(out, d.token(t, "@dlock_x = 1 AND (@dlock_r IS NULL OR @dlock_r <= 0)")...)
-	return append(out,
-		sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
-			" WHERE name = ? AND @dlock_t IS NOT NULL", r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Name),
-		sqllock.S("COMMIT"),
-		sqllock.S("SELECT @dlock_t, IF(@dlock_t IS NULL, @dlock_r, NULL) FROM DUAL WHERE @dlock_x = 1"))
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {

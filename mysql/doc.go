@@ -95,14 +95,25 @@
 // whose InnoDB recomputes an AUTO_INCREMENT counter at restart (tokens
 // would start again), and a token counter table not on InnoDB.
 //
-// Every strategy's token is a value of an AUTO_INCREMENT counter (table
+// forupdate's token is a value of an AUTO_INCREMENT counter (table
 // <table>_fence, kept empty, created starting at the server's clock in
 // microseconds, so that a counter dropped and created again goes on above
-// the old one's tokens), which InnoDB never rolls back: a holder
-// whose transaction died with its connection cannot share its token with
-// the next holder. Every strategy also writes the token to the name's row
-// (column fence): getlock in the transaction that takes it, right after
-// GET_LOCK granted the lock.
+// the old one's tokens), which InnoDB never rolls back: a holder whose
+// transaction died with its connection cannot share its token with the
+// next holder. forupdate also writes the token to the name's row (column
+// fence). version and getlock move the name's row's fence on in the
+// grant's own autocommitted statement, to the larger of the last token
+// plus one and the server's clock in microseconds, and return it only
+// once that statement has committed (as durably as
+// innodb_flush_log_at_trx_commit makes a commit): a token is never handed
+// out twice, a name's tokens strictly increase whatever the clock does,
+// and a row or table dropped and created again goes on above the old
+// tokens (unless the clock went back). getlock writes the row right after
+// GET_LOCK granted the lock, in the same round trip. Earlier releases of
+// dlock took version and getlock tokens from the counter, whose values
+// can lie below the clock: stop every client of an earlier release on a
+// version or getlock table before a client of this one uses it, or a
+// token may go backwards.
 //
 // TTLs (Capabilities.MinTTL and MaxTTL): forupdate and getlock accept 1s
 // to 31536000s (wait_timeout's range, in whole seconds: a shorter TTL is
@@ -143,6 +154,6 @@
 // parameter (or with table=dlock_locks) forupdate uses dlock_locks and the
 // others dlock_locks_version and dlock_locks_getlock. GET_LOCK's names are
 // server-wide: getlock Lockers on two tables exclude each other but take
-// tokens from two counters; give every getlock Locker of a name the same
+// tokens from two rows; give every getlock Locker of a name the same
 // table.
 package mysql

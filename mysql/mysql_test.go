@@ -71,7 +71,7 @@ func TestPausedHolderFencedWrite(t *testing.T) {
 	// wait_timeout counts whole seconds.
 	sqltest.PausedHolderEach(t, srv.URL, "getlock", time.Second, func(ctx context.Context) error {
 		_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id INT PRIMARY KEY, balance INT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
-			INSERT IGNORE INTO accounts VALUES (1, 0, 0)`)
+			INSERT INTO accounts VALUES (1, 0, 0) ON DUPLICATE KEY UPDATE fence = 0`)
 		return err
 	}, func(ctx context.Context, token uint64) (bool, error) {
 		return mysql.FencedUpdate(ctx, db, "accounts", "fence", token, "balance = balance + ?", "id = ?", 1, 1)

@@ -70,10 +70,21 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	owner text NOT NULL DEFAULT '',
 	acquired_at timestamptz,
 	expires_at timestamptz,
-	session bigint)`),
+	session bigint,
+	waiters_until timestamptz)`),
+		sqllock.S(addWaitersUntil(t)),
 		sqllock.S(createSeq(t)),
 		sqllock.S("COMMIT"),
 	}
+}
+
+// addWaitersUntil adds the column waiters_until (the registry of waiters,
+// RegisterWaiters) to a table created before it existed. ALTER TABLE
+// would wait for every open transaction on the table (each held forupdate
+// lease) even when the column exists, so it runs only when missing.
+func addWaitersUntil(t sqllock.Table) string {
+	return "DO $dlock$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(" + quoteLiteral(t.Q) +
+		") AND attname = 'waiters_until' AND NOT attisdropped) THEN ALTER TABLE " + t.Q + " ADD COLUMN waiters_until timestamptz; END IF; END $dlock$"
 }
 
 func (dialect) FoldIdent(ident string) string { return strings.ToLower(ident) }
@@ -202,20 +213,32 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 				r.Name, r.Owner),
 		}
 	}
-	// Native: the batch is one implicit transaction, so set_config(…, true)
-	// bounds only this wait; idle_session_timeout stays on the session.
-	// The token is a sequence value taken after the grant: no row is
-	// written, the sequence alone keeps tokens increasing.
-	// OFFSET 0 keeps the token's subquery from being merged into the
-	// outer query: the token is taken once, after the grant, and then
-	// announced.
+	// Native: one statement, in which the server takes the lock, then the
+	// token, then sets the session's idle timeout and announcement, each
+	// step an argument or a row source of the next, so that the order is
+	// the evaluation's, not the planner's choice. Until the grant nothing
+	// changes but the statement's own lock_timeout (local to its implicit
+	// transaction); an error rolls every setting back (an advisory lock
+	// taken stays: Abort unlocks it). The session's values before the
+	// grant are saved in dlock.idle and dlock.app for Unlock to put back.
+	// OFFSET 0 keeps each subquery from being merged into the next.
 	key := advisoryKey(t, r.Name)
-	if r.NoWait {
-		return []sqllock.Stmt{set("idle_session_timeout", false),
-			sqllock.S("SELECT f FROM (SELECT "+nextval(t)+" AS f WHERE pg_try_advisory_lock($1) OFFSET 0) g WHERE "+announce("f", "$2::text", false), key, r.Owner)}
+	grant := "SELECT " + nextval(t) + " AS f WHERE pg_try_advisory_lock($1) OFFSET 0"
+	args := []any{key, r.Owner, ttl}
+	if !r.NoWait {
+		grant = "SELECT " + nextval(t) + " AS f FROM (SELECT pg_advisory_lock(CASE WHEN set_config('lock_timeout', $4, true) IS NOT NULL THEN $1::bigint END) AS k OFFSET 0) a OFFSET 0"
+		args = append(args, lockTimeout(r))
 	}
-	return []sqllock.Stmt{set("idle_session_timeout", false), sqllock.S("SELECT pg_advisory_lock($1)", key),
-		sqllock.S("SELECT f FROM (SELECT "+nextval(t)+" AS f OFFSET 0) g WHERE "+announce("f", "$1::text", false), r.Owner)}
+	return []sqllock.Stmt{sqllock.S("SELECT f FROM ("+grant+") g WHERE "+
+		"set_config('idle_session_timeout', CASE WHEN "+save("dlock.idle", "idle_session_timeout")+" THEN $3::text END, false) IS NOT NULL AND "+
+		"set_config('application_name', CASE WHEN "+save("dlock.app", "application_name")+" THEN '"+appPrefix+" ' || f || ' ' || $2::text END, false) IS NOT NULL",
+		args...)}
+}
+
+// save is a condition, always true, that copies the session's setting
+// into the placeholder variable to.
+func save(to, setting string) string {
+	return "set_config('" + to + "', current_setting('" + setting + "'), false) IS NOT NULL"
 }
 
 // announce is a condition, always true, that sets the session's
@@ -248,6 +271,9 @@ func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllo
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("ROLLBACK")}
 	}
+	if r.Missed {
+		return nil // not granted: the statement changed nothing
+	}
 	// The connection is pinned for this lease alone: no other advisory
 	// lock of the session can be ours to keep.
 	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock_all()"), sqllock.S("RESET idle_session_timeout"), sqllock.S("RESET application_name")}
@@ -261,17 +287,36 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("COMMIT")}
 	}
-	return []sqllock.Stmt{sqllock.S("RESET idle_session_timeout"), sqllock.S("RESET application_name"), sqllock.S("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
+	// One statement: the settings the grant saved are put back (function
+	// scans, run before the target list), and the lock freed.
+	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock($1) FROM set_config('idle_session_timeout', current_setting('dlock.idle'), false) i,"+
+		" set_config('application_name', current_setting('dlock.app'), false) a", advisoryKey(t, r.Name))}
 }
 
+// VersionAcquire takes the lease when it is free or expired. When it is
+// not, and r.Register asks for it, reg registers the name's waiters in
+// the same statement: the ON CONFLICT that found the lease held has
+// locked the row, so a release that follows reads the registration. (A
+// data-modifying WITH runs whether or not it is read; reg writes only
+// when up granted nothing: a statement never writes a row twice.)
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	// Without a registration to make, the statement has no reg: a
+	// data-modifying WITH costs every attempt its executor even when it
+	// writes nothing.
+	reg, args := "", []any{r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce}
+	if r.Register > 0 {
+		reg = `,
+reg AS (UPDATE ` + t.Q + ` SET waiters_until = greatest(waiters_until, now() + $5::bigint * interval '1 microsecond')
+	WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up) RETURNING 1)`
+		args = append(args, sqllock.Micros(r.Register))
+	}
 	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
 up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
 	WHERE t.expires_at IS NULL OR t.expires_at <= now()
-	RETURNING t.fence)
-SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
+	RETURNING t.fence)`+reg+`
+SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, args...)}
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -279,14 +324,44 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 		r.Name, r.Token, sqllock.Micros(r.TTL))}
 }
 
+// notifyWaiters notifies the channel $3 of the release of r.name when a
+// registration of waiters (r.waiters_until) is in force; NULL otherwise.
+// RETURNING gives the row as updated, so a registration committed before
+// the release's UPDATE locked the row is read (the server re-reads a row
+// whose lock it waited for). CASE evaluates pg_notify only when it
+// applies.
+const notifyWaiters = "CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END"
+
+// VersionRelease frees the lease and, only when the name has waiters
+// registered, notifies them: a NOTIFY costs the transaction tens of
+// microseconds even with nobody listening.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name) SELECT pg_notify($3, name) IS NULL FROM r",
+	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name, waiters_until)"+
+		" SELECT ("+notifyWaiters+") IS NULL FROM r",
 		r.Name, r.Token, r.Channel)}
 }
 
 func (dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND session = $2 AND expires_at > now() RETURNING name) SELECT count(pg_notify($3, name)) FROM r",
+	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND session = $2 AND expires_at > now() RETURNING name, waiters_until)"+
+		" SELECT count("+notifyWaiters+") FROM r",
 		r.Name, r.Nonce, r.Channel)}
+}
+
+var _ sqllock.WaitRegistry = dialect{}
+
+// RegisterWaiters records in waiters_until that names have waiters, for
+// d on the server's clock, creating free rows for names without one (a
+// name first locked after the registration must see it). Its commit
+// need not be flushed (synchronous_commit off, local to the batch's
+// implicit transaction): a crash of the server also ends every LISTEN,
+// and with it the waiters' wait.
+func (dialect) RegisterWaiters(t sqllock.Table, names []string, d time.Duration) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("SELECT set_config('synchronous_commit', 'off', true)"),
+		sqllock.S("INSERT INTO "+t.Q+" AS t (name, waiters_until) SELECT n, now() + $2::bigint * interval '1 microsecond' FROM unnest($1::text[]) WITH ORDINALITY AS u(n, i) ORDER BY i"+
+			" ON CONFLICT (name) DO UPDATE SET waiters_until = greatest(t.waiters_until, excluded.waiters_until)",
+			names, sqllock.Micros(d)),
+	}
 }
 
 // quoteLiteral quotes a validated identifier as a string literal.

@@ -60,12 +60,21 @@
 //     on the grant's token. No connection is pinned. Waiters are woken by
 //     LISTEN/NOTIFY (one listening connection per Locker, one channel per
 //     lock table, the payload is the name) and by the holder's remaining
-//     TTL when it expires without a release.
+//     TTL when it expires without a release. A release notifies only a
+//     name with waiters: a Locker whose Acquire waits records that in the
+//     name's row (column waiters_until, 10s ahead on the server's clock,
+//     renewed every 3.3s while it has waiters) after its LISTEN is active
+//     and before its next attempt, and the release reads it in the same
+//     UPDATE; a registration outlives its last waiter by at most 10s (a
+//     few notifications nobody needs).
 //   - advisory: pg_advisory_lock on a pinned connection (the 64-bit key
 //     is the first 8 bytes of SHA-256 over the table's and the lock's
 //     names: two names collide with probability 2^-64 per pair, and then
 //     merely exclude each other). The session sets idle_session_timeout
-//     (PostgreSQL 14 or later) to the TTL.
+//     (PostgreSQL 14 or later) to the TTL. The lock, the token, the
+//     timeout and the announcement (below) are one statement, and the
+//     release is one more, which puts back the session's settings saved
+//     in the placeholder variables dlock.idle and dlock.app.
 //
 // # Guarantees
 //

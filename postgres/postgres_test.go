@@ -87,7 +87,7 @@ func TestPausedHolderFencedWrite(t *testing.T) {
 	defer p.Close()
 	sqltest.PausedHolderEach(t, srv.URL, "advisory", time.Millisecond, func(ctx context.Context) error {
 		_, err := p.Exec(ctx, `CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL DEFAULT 0);
-			INSERT INTO accounts VALUES (1, 0, 0) ON CONFLICT DO NOTHING`)
+			INSERT INTO accounts VALUES (1, 0, 0) ON CONFLICT (id) DO UPDATE SET fence = 0`)
 		return err
 	}, func(ctx context.Context, token uint64) (bool, error) {
 		return postgres.FencedUpdate(ctx, p, "public.accounts", "fence", token, "balance = balance + $1", "id = $2", 1, 1)

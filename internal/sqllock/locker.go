@@ -106,7 +106,15 @@ func newLocker(cfg Config) *Locker {
 		}
 	}
 	if n, ok := cfg.Pool.(Notifier); ok && cfg.Strategy == Version {
-		l.hub = newHub(n, l.t.Channel)
+		var register func(context.Context, []string) error
+		if reg, ok := cfg.Dialect.(WaitRegistry); ok {
+			// l.t is the resolved table by then: the hub starts after ensure.
+			register = func(ctx context.Context, names []string) error {
+				_, err := cfg.Pool.Run(ctx, reg.RegisterWaiters(l.t, names, registerFor))
+				return err
+			}
+		}
+		l.hub = newHub(n, l.t.Channel, register)
 	}
 	return l
 }
@@ -159,7 +167,18 @@ func capabilities(cfg Config) driver.Capabilities {
 		c.ReleaseOnCrash = driver.ReleaseAfterTTL
 		c.Notes = joinNotes(c.Notes, versionNote)
 	}
+	if n, ok := cfg.Dialect.(FencingNoter); ok {
+		if note := n.FencingNote(cfg.Strategy, cfg.Table); note != "" {
+			c.FencingNote = note
+		}
+	}
 	return c
+}
+
+// FencingNoter is implemented by a dialect whose tokens of a strategy are
+// not what the core's note says (FencingNote "" keeps the core's).
+type FencingNoter interface {
+	FencingNote(s Strategy, t Table) string
 }
 
 // versionNote is the caveat of the version strategy.

@@ -49,9 +49,11 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 				kind = KindBroken
 			}
 		}
+		r.Missed = err == nil
 		if !l.abort(ctx, c, r, kind) {
 			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 		}
+		r.Missed = false
 		switch l.nextStep(err, kind, wait, created) {
 		case stepCreateRow:
 			busy, err := l.createRow(ctx, c, r)
@@ -195,7 +197,11 @@ func (l *Locker) abort(ctx context.Context, c Conn, r Req, kind Kind) bool {
 	cctx, cancel := cleanupCtx(ctx)
 	defer cancel()
 	if kind != KindBroken {
-		if _, err := c.Run(cctx, l.d.Abort(l.strategy, l.t, r)); err == nil {
+		script := l.d.Abort(l.strategy, l.t, r)
+		if len(script) == 0 {
+			return true
+		}
+		if _, err := c.Run(cctx, script); err == nil {
 			return true
 		}
 	}

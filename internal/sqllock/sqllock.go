@@ -15,9 +15,9 @@
 //     a transaction kept open on a pinned connection. The server's lock
 //     queue is the wait; Release commits.
 //   - Native: the database's own named lock (pg_advisory_lock, GET_LOCK)
-//     on a pinned connection; the token is taken from the counter right
-//     after the grant (PostgreSQL writes no row; MySQL records the grant
-//     in the name's row, in the transaction that takes the token).
+//     on a pinned connection; the token is taken right after the grant
+//     (PostgreSQL: from the counter, writing no row; MySQL: the name's
+//     row's fence, moved on by an autocommitted UPDATE).
 //   - Version: an optimistic lease row whose expiry is computed by the
 //     server's clock; no connection is pinned.
 //
@@ -26,10 +26,12 @@
 // the grant recorded where other sessions can read it (the row, a
 // session's application_name), and the sessions queued for the lock.
 //
-// Tokens of every strategy come from one counter per lock table that is
-// never rolled back (a PostgreSQL sequence; an InnoDB AUTO_INCREMENT), so
-// a holder whose transaction is rolled back when its connection dies can
-// never share its token with the next holder. ForUpdate takes its token
+// Tokens come from one counter per lock table that is never rolled back
+// (a PostgreSQL sequence; an InnoDB AUTO_INCREMENT), so a holder whose
+// transaction is rolled back when its connection dies can never share its
+// token with the next holder; a dialect may instead move the name's row's
+// fence on in the grant's own autocommitted statement, which returns the
+// token only once committed (MySQL's version and getlock). ForUpdate takes its token
 // inside the lease's open transaction, so before returning it the core
 // commits a small write on another connection (Dialect.Persist), which
 // makes the counter's advance as durable as any commit: a server crash
@@ -126,6 +128,29 @@ type Listening interface {
 	Close()
 }
 
+// WaitRegistry is implemented by the dialect of a Notifier pool whose
+// version releases notify only the names that have registered waiters
+// (a NOTIFY costs the releasing transaction tens of microseconds even
+// with nobody listening). VersionRelease and VersionAbort then notify a
+// name only while a registration of it is in force. A VersionAcquire
+// with r.Register > 0 that is not granted registers the name in the same
+// statement (the hub asks for it when this Locker watches the name), and
+// RegisterWaiters renews the registrations while the waiters wait.
+//
+// No wake-up is lost: the portable layer watches (its LISTEN is active)
+// before the attempt whose failure registers the name, and that attempt
+// and a release write the same row, so the server orders them. A release
+// ordered after the attempt reads the registration and notifies; one
+// ordered before it freed the lock, and the attempt took it.
+type WaitRegistry interface {
+	// RegisterWaiters records that each of names (distinct, sorted) has
+	// waiters until the server's clock passes its now plus d, creating
+	// the name's row (free) if missing, and never shortening a longer
+	// registration. Losing it to a crash of the server is harmless (the
+	// crash also ends the LISTEN, and the waiters poll).
+	RegisterWaiters(t Table, names []string, d time.Duration) []Stmt
+}
+
 // Kind classifies a database error.
 type Kind int
 
@@ -157,6 +182,12 @@ type Req struct {
 	Token int64
 	// Channel is the notification channel (version release).
 	Channel string
+	// Register: a VersionAcquire that is not granted registers the
+	// name's waiters for this long (WaitRegistry; 0: it does not).
+	Register time.Duration
+	// Missed: Abort follows a Lock that returned no row without an error
+	// (not granted; for ForUpdate, no row for the name).
+	Missed bool
 	// Nonce identifies one version attempt: VersionAcquire stores it in
 	// the row (column session), so that VersionAbort can free a grant
 	// whose reply was lost.
@@ -205,7 +236,9 @@ type Dialect interface {
 	// roll the counter back and hand the holder's token out again.
 	Persist(t Table) []Stmt
 	// Abort undoes a Lock that failed on a usable connection (rolls back,
-	// unlocks, restores the session's settings).
+	// unlocks, restores the session's settings). It may be empty when
+	// there is nothing to undo (r.Missed on a Lock that changes nothing
+	// unless granted).
 	Abort(s Strategy, t Table, r Req) []Stmt
 	// Ping keeps a pinned lease alive (it resets the server's idle timer)
 	// and returns one row: true while the lock is held.
@@ -214,14 +247,16 @@ type Dialect interface {
 	// last statement returns a row, it is true when the lock was held.
 	Unlock(s Strategy, t Table, r Req) []Stmt
 
-	// VersionAcquire takes the lease row when free or expired. One row:
+	// VersionAcquire takes the lease row when free or expired (and when
+	// not, registers waiters if r.Register > 0, WaitRegistry). One row:
 	// the token (NULL when held by another) and the microseconds the
 	// current holder's lease still lasts (NULL when unknown). No row
 	// means that name has no row yet: EnsureRow, then try again.
 	VersionAcquire(t Table, r Req) []Stmt
 	// VersionRefresh extends r.Token's lease: a row when it was held.
 	VersionRefresh(t Table, r Req) []Stmt
-	// VersionRelease frees r.Token's lease and notifies r.Channel: a row
+	// VersionRelease frees r.Token's lease and notifies r.Channel (only
+	// while the name has waiters registered, for a WaitRegistry): a row
 	// when it was held.
 	VersionRelease(t Table, r Req) []Stmt
 	// VersionAbort frees the lease that the attempt r.Nonce may have been

@@ -18,6 +18,11 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, ctxErr(ctx, err)
 	}
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: rand.Int64N(math.MaxInt64) + 1, Channel: l.t.Channel}
+	var gen uint64
+	if l.hub != nil {
+		r.Register, gen = l.hub.registration(req.Name)
+	}
+	start := time.Now()
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err == nil && !found {
@@ -38,6 +43,9 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 	}
 	if !found || token == nil {
+		if found && r.Register > 0 {
+			l.hub.registered([]string{req.Name}, start, gen)
+		}
 		e := &driver.NotAcquiredError{}
 		if remaining != nil && *remaining > 0 {
 			e.RetryAfter = FromMicros(*remaining)
@@ -45,6 +53,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, fmt.Errorf("%s: %w", l.d.Backend(), e)
 	}
 	r.Token = *token
+	r.Register = 0
 	return &versionLease{l: l, r: r}, nil
 }
 

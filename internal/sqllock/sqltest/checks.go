@@ -186,13 +186,17 @@ func EachStrategy(t *testing.T, rawURL, native string, f func(t *testing.T, rawU
 }
 
 // PausedHolderEach runs PausedHolder (TTL 1s) for every strategy of a
-// backend, writing with write to a table that create makes first (a
-// driver's FencedUpdate on its own accounts table).
+// backend, writing with write to a table that create makes, or resets to
+// fence 0, before each strategy (a driver's FencedUpdate on its own
+// accounts table).
 func PausedHolderEach(t *testing.T, rawURL, native string, serverStep time.Duration, create func(ctx context.Context) error, write func(ctx context.Context, token uint64) (bool, error)) {
-	if err := create(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	EachStrategy(t, rawURL, native, func(t *testing.T, rawURL string) {
+		// Each strategy's tokens come from its own table's counter: the
+		// resource starts afresh (create resets its fence), or a strategy
+		// whose counter is behind another's would find its writes stale.
+		if err := create(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		PausedHolder(t, rawURL, time.Second, serverStep, write)
 	})
 }
