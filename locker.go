@@ -40,7 +40,13 @@ type Locker struct {
 	closed bool
 	holds  map[*hold]struct{}
 	owners map[ownerKey]*ownerSlot
-	wg     sync.WaitGroup // keep-alive goroutines
+	wg     sync.WaitGroup // the keeper's goroutines, loss watchers
+
+	keeper keeper // refreshes every hold, ends it at its deadline
+
+	// The backoff bounds of a wait with a Watcher (watchFallback,
+	// watchMax); tests lengthen them to tell a wake-up from the timer.
+	watchLo, watchHi time.Duration
 }
 
 type ownerKey struct{ name, owner string }
@@ -63,6 +69,8 @@ func NewLocker(drv driver.Locker) *Locker {
 		owners: make(map[ownerKey]*ownerSlot),
 	}
 	l.caps.Reentrant = true
+	l.watchLo, l.watchHi = watchFallback, watchMax
+	l.keeper.init(l)
 	l.closing, l.closeCancel = context.WithCancel(context.Background())
 	l.blocker, _ = drv.(driver.Blocker)
 	l.watcher, _ = drv.(driver.Watcher)
@@ -208,23 +216,6 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 // grant obtains a driver lease and starts its hold. Close ends a grant in
 // flight with ErrClosed.
 func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
-	if wait {
-		outer := ctx
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(l.closing, cancel)
-		defer stop()
-		h, err := l.grant1(ctx, op, name, opts, wait)
-		if err != nil && outer.Err() == nil && l.closing.Err() != nil {
-			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
-		}
-		return h, err
-	}
-	return l.grant1(ctx, op, name, opts, wait)
-}
-
-func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
 	var (
@@ -237,12 +228,20 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		start = time.Now()
 		dl, err = l.drv.TryAcquire(ctx, req)
 	case l.blocker != nil:
-		start = time.Now()
-		dl, err = l.blocker.Acquire(ctx, req)
+		dl, start, err = l.block(ctx, req)
 	default:
-		dl, start, err = l.waitLoop(ctx, req)
+		// One attempt first, as TryAcquire: a free lock costs no wait
+		// set-up (no context, no Watch: a pub/sub subscription on Redis).
+		start = time.Now()
+		dl, err = l.drv.TryAcquire(ctx, req)
+		if errors.Is(err, driver.ErrNotAcquired) {
+			dl, start, err = l.waitLoop(ctx, req, err)
+		}
 	}
 	if err != nil {
+		if wait && ctx.Err() == nil && l.closing.Err() != nil {
+			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+		}
 		return nil, wrap(op, name, ctx, err)
 	}
 	if g, ok := dl.(driver.Granted); ok {
@@ -261,11 +260,13 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		token:     dl.Token(),
 		count:     1,
 		done:      make(chan struct{}),
-		stop:      make(chan struct{}),
-		bump:      make(chan struct{}, 1),
+		index:     -1,
 	}
 	if !l.caps.SessionBound {
 		h.deadline = start.Add(ttl - drift(ttl))
+	}
+	if h.keepAlive {
+		h.nextRefresh = time.Now().Add(ttl / 3)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -276,10 +277,21 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 	}
 	l.holds[h] = struct{}{}
-	l.wg.Add(1)
+	l.keeper.start(h)
+	h.watchLoss()
 	l.mu.Unlock()
-	go h.run()
 	return h, nil
+}
+
+// block waits in the driver's native queue, under a context that Close
+// also ends.
+func (l *Locker) block(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.closing, cancel)()
+	start := time.Now()
+	dl, err := l.blocker.Acquire(ctx, req)
+	return dl, start, err
 }
 
 // Backoff bounds for waiting without a native queue. With a Watcher the
@@ -293,34 +305,42 @@ const (
 	cleanupTimeout = ReleaseTimeout
 )
 
-// waitLoop tries until granted: watch first, then try, then wait for a
-// wake-up, a backoff timer, or the end of ctx.
-func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+// waitLoop waits for a lock whose first attempt failed with failed (an
+// ErrNotAcquired), until granted or ctx or the Locker ends. With a
+// Watcher it watches the name now, then tries again before it waits (a
+// release between the failed attempt and the Watch would wake nobody),
+// then waits for a wake-up, a backoff timer, or the end.
+func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error) (driver.Lease, time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx) // Close ends the wait
+	defer cancel()
+	defer context.AfterFunc(l.closing, cancel)()
 	var wake <-chan struct{}
 	lo, hi := pollMin, pollMax
+	err := failed
+	var start time.Time
 	if l.watcher != nil {
-		w, stop, err := l.watcher.Watch(ctx, req.Name)
-		if err == nil {
+		w, stop, werr := l.watcher.Watch(ctx, req.Name)
+		if werr == nil {
 			defer stop()
 			wake = w
-			lo, hi = watchFallback, watchMax
+			lo, hi = l.watchLo, l.watchHi
+			start = time.Now()
+			var dl driver.Lease
+			dl, err = l.drv.TryAcquire(ctx, req)
+			if err == nil {
+				return dl, start, nil
+			}
+			if !errors.Is(err, driver.ErrNotAcquired) {
+				return nil, start, err
+			}
 		} else if ctx.Err() != nil {
 			return nil, time.Time{}, ctx.Err()
 		}
 		// A failed Watch degrades to polling.
 	}
 	step := lo
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var timer *time.Timer
 	for {
-		start := time.Now()
-		dl, err := l.drv.TryAcquire(ctx, req)
-		if err == nil {
-			return dl, start, nil
-		}
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return nil, start, err
-		}
 		// Full jitter in [step/2, step), then double up to the cap.
 		d := step/2 + rand.N(step/2+1)
 		var na *driver.NotAcquiredError
@@ -328,7 +348,12 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease
 			d = na.RetryAfter + time.Millisecond
 		}
 		step = min(step*2, hi)
-		timer.Reset(d)
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
 		select {
 		case _, ok := <-wake:
 			step = lo
@@ -339,11 +364,15 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease
 		case <-ctx.Done():
 			return nil, start, ctx.Err()
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		timer.Stop()
+		start = time.Now()
+		var dl driver.Lease
+		dl, err = l.drv.TryAcquire(ctx, req)
+		if err == nil {
+			return dl, start, nil
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return nil, start, err
 		}
 	}
 }
@@ -378,6 +407,7 @@ func (l *Locker) Close() error {
 		}()
 	}
 	wg.Wait()
+	l.keeper.close()
 	l.wg.Wait()
 	if err := l.drv.Close(); err != nil {
 		return fmt.Errorf("dlock: close: %w", err)
@@ -395,6 +425,7 @@ func (l *Locker) forget(h *hold) {
 		}
 	}
 	l.mu.Unlock()
+	l.keeper.remove(h)
 }
 
 // wrap adds the operation and name to a driver error, once. Context
