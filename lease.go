@@ -50,7 +50,7 @@ type hold struct {
 
 	dlReleased atomic.Bool // the driver's Release was called
 
-	done chan struct{}
+	done chan struct{} // made by the first Done (guarded by mu); closed by end
 
 	// The keeper's heap entry, guarded by the keeper's mu.
 	at          time.Time // next event: a refresh or the deadline
@@ -78,7 +78,7 @@ func (ls *Lease) TTL() time.Duration { return ls.h.ttl }
 // paused (a GC pause, a stopped process) and its timers have not run yet.
 func (ls *Lease) Done() <-chan struct{} {
 	ls.h.check()
-	return ls.h.done
+	return ls.h.doneChan()
 }
 
 // Err returns nil while the lease is held, then an error wrapping
@@ -252,6 +252,25 @@ func (h *hold) releaseDriver(ctx context.Context) error {
 	return h.dl.Release(ctx)
 }
 
+// closedChan is the Done channel of a hold that ended before anyone asked
+// for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// doneChan returns the channel end closes, making it on first use: a lease
+// whose Done nobody asks for costs no channel.
+func (h *hold) doneChan() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
+
 func (h *hold) currentErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -301,7 +320,11 @@ func (h *hold) end(err error) bool {
 		return false
 	}
 	h.err = err
-	close(h.done)
+	if h.done == nil {
+		h.done = closedChan
+	} else {
+		close(h.done)
+	}
 	cancelRefresh, endCancel := h.cancelRefresh, h.endCancel
 	h.cancelRefresh = nil
 	h.mu.Unlock()
@@ -340,7 +363,7 @@ func (h *hold) watchLoss() {
 		select {
 		case <-lost:
 			h.lost()
-		case <-h.done:
+		case <-h.doneChan():
 		}
 	}()
 }

@@ -32,15 +32,13 @@ type Locker struct {
 	watcher   driver.Watcher
 	inspector driver.Inspector
 
-	// closing is cancelled by Close, which ends acquisitions in flight.
-	closing     context.Context
-	closeCancel context.CancelFunc
-
 	mu     sync.Mutex
 	closed bool
 	holds  map[*hold]struct{}
 	owners map[ownerKey]*ownerSlot
-	wg     sync.WaitGroup // the keeper's goroutines, loss watchers
+	wg     sync.WaitGroup                // the keeper's goroutines, loss watchers
+	waits  map[uint64]context.CancelFunc // blocked acquisitions, ended by Close
+	waitID uint64
 
 	keeper keeper // refreshes every hold, ends it at its deadline
 
@@ -67,11 +65,11 @@ func NewLocker(drv driver.Locker) *Locker {
 		caps:   drv.Capabilities(),
 		holds:  make(map[*hold]struct{}),
 		owners: make(map[ownerKey]*ownerSlot),
+		waits:  make(map[uint64]context.CancelFunc),
 	}
 	l.caps.Reentrant = true
 	l.watchLo, l.watchHi = watchFallback, watchMax
 	l.keeper.init(l)
-	l.closing, l.closeCancel = context.WithCancel(context.Background())
 	l.blocker, _ = drv.(driver.Blocker)
 	l.watcher, _ = drv.(driver.Watcher)
 	l.inspector, _ = drv.(driver.Inspector)
@@ -143,11 +141,7 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	}
 	owner := opts.owner()
 	if owner == "" {
-		h, err := l.grant(ctx, op, name, opts, wait)
-		if err != nil {
-			return nil, err
-		}
-		return &Lease{h: h}, nil
+		return l.grant(ctx, op, name, opts, wait)
 	}
 
 	// Reentrant path: one slot per (name, owner) on this Locker.
@@ -202,20 +196,20 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	}
 	l.mu.Unlock()
 
-	h, err := l.grant(ctx, op, name, opts, wait)
+	ls, err := l.grant(ctx, op, name, opts, wait)
 	if err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
-	slot.hold = h
-	h.slot, h.key = slot, key
+	slot.hold = ls.h
+	ls.h.slot, ls.h.key = slot, key
 	l.mu.Unlock()
-	return &Lease{h: h}, nil
+	return ls, nil
 }
 
-// grant obtains a driver lease and starts its hold. Close ends a grant in
-// flight with ErrClosed.
-func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
+// grant obtains a driver lease, starts its hold and returns its first
+// Lease. Close ends a grant in flight with ErrClosed.
+func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*Lease, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
 	var (
@@ -239,7 +233,7 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 		}
 	}
 	if err != nil {
-		if wait && ctx.Err() == nil && l.closing.Err() != nil {
+		if wait && ctx.Err() == nil && l.isClosed() {
 			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 		}
 		return nil, wrap(op, name, ctx, err)
@@ -251,7 +245,11 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 			start = t
 		}
 	}
-	h := &hold{
+	// The hold and its first Lease in one allocation.
+	hl := &struct {
+		h  hold
+		ls Lease
+	}{h: hold{
 		l:         l,
 		name:      name,
 		ttl:       ttl,
@@ -259,9 +257,10 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 		dl:        dl,
 		token:     dl.Token(),
 		count:     1,
-		done:      make(chan struct{}),
 		index:     -1,
-	}
+	}}
+	h := &hl.h
+	hl.ls.h = h
 	if !l.caps.SessionBound {
 		h.deadline = start.Add(ttl - drift(ttl))
 	}
@@ -280,7 +279,7 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 	l.keeper.start(h)
 	h.watchLoss()
 	l.mu.Unlock()
-	return h, nil
+	return &hl.ls, nil
 }
 
 // block waits in the driver's native queue, under a context that Close
@@ -288,10 +287,32 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 func (l *Locker) block(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(l.closing, cancel)()
+	defer l.removeWait(l.addWait(cancel))
 	start := time.Now()
 	dl, err := l.blocker.Acquire(ctx, req)
 	return dl, start, err
+}
+
+// addWait registers the cancel func of a blocked acquisition, for Close to
+// call (at once when the Locker is closed already); removeWait(id) undoes
+// it. (A map entry, where context.AfterFunc on a context that Close
+// cancels would cost two allocations per wait.)
+func (l *Locker) addWait(cancel context.CancelFunc) (id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		cancel()
+		return 0
+	}
+	l.waitID++
+	l.waits[l.waitID] = cancel
+	return l.waitID
+}
+
+func (l *Locker) removeWait(id uint64) {
+	l.mu.Lock()
+	delete(l.waits, id)
+	l.mu.Unlock()
 }
 
 // Backoff bounds for waiting without a native queue. With a Watcher the
@@ -311,9 +332,9 @@ const (
 // release between the failed attempt and the Watch would wake nobody),
 // then waits for a wake-up, a backoff timer, or the end.
 func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error) (driver.Lease, time.Time, error) {
-	ctx, cancel := context.WithCancel(ctx) // Close ends the wait
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(l.closing, cancel)()
+	defer l.removeWait(l.addWait(cancel))
 	var wake <-chan struct{}
 	lo, hi := pollMin, pollMax
 	err := failed
@@ -387,7 +408,9 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
-	l.closeCancel()
+	for _, cancel := range l.waits {
+		cancel()
+	}
 	holds := make([]*hold, 0, len(l.holds))
 	for h := range l.holds {
 		holds = append(holds, h)
