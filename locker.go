@@ -488,5 +488,8 @@ func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() != nil {
 		return cleanupContext(ctx)
 	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= ReleaseTimeout {
+		return ctx, func() {} // bounded already: no context, no timer
+	}
 	return context.WithTimeout(ctx, ReleaseTimeout)
 }
