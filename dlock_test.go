@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,14 +25,26 @@ type counting struct {
 	block       bool
 	tries       atomic.Int64
 	refreshErr  atomic.Value // error returned by Refresh instead of calling the driver
+	hang        atomic.Pointer[hang]
 	refreshes   atomic.Int64
 	releases    atomic.Int64
 	acquireCall atomic.Int64
 }
 
+// hang makes the Refresh of the lease called name block, ignoring its
+// context (a driver that does not honour it), until until is closed, then
+// report success without asking the server.
+type hang struct {
+	name     string
+	until    chan struct{}
+	started  atomic.Int64
+	returned atomic.Int64
+}
+
 type countingLease struct {
 	driver.Lease
-	c *counting
+	c    *counting
+	name string
 }
 
 func (c *counting) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
@@ -40,11 +53,17 @@ func (c *counting) TryAcquire(ctx context.Context, req driver.Request) (driver.L
 	if err != nil {
 		return nil, err
 	}
-	return &countingLease{dl, c}, nil
+	return &countingLease{dl, c, req.Name}, nil
 }
 
 func (cl *countingLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	cl.c.refreshes.Add(1)
+	if h := cl.c.hang.Load(); h != nil && h.name == cl.name {
+		h.started.Add(1)
+		<-h.until
+		h.returned.Add(1)
+		return nil
+	}
 	if e, _ := cl.c.refreshErr.Load().(error); e != nil {
 		return e
 	}
@@ -350,6 +369,99 @@ func TestTransientRefreshFailureEndsAtDeadline(t *testing.T) {
 	}
 	if c.refreshes.Load() < 2 {
 		t.Errorf("transient failure retried %d times; want retries", c.refreshes.Load())
+	}
+}
+
+// A keep-alive refresh that hangs neither keeps the lease's Done open past
+// its deadline nor delays another lease's refresh, and when it finally
+// returns success it does not revive the lease.
+func TestRefreshHangs(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	_, c, l := newCounting(t)
+	hg := &hang{name: "hang", until: make(chan struct{})}
+	c.hang.Store(hg)
+	defer close(hg.until) // before the Locker's Close (t.Cleanup) waits for it
+	hung, err := l.TryAcquire(ctx, "hang", &dlock.AcquireOptions{TTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := l.TryAcquire(ctx, "ok", &dlock.AcquireOptions{TTL: 90 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hung.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lease whose refresh hangs was still open 5s after its 600ms TTL")
+	}
+	dl, _ := hung.Deadline()
+	if early := time.Until(dl); early > 0 {
+		t.Errorf("Done closed %v before the deadline", early)
+	}
+	if hg.started.Load() != 1 {
+		t.Fatalf("%d refreshes of the lease started; want 1, which hangs", hg.started.Load())
+	}
+	if !errors.Is(hung.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err = %v; want ErrLockLost", hung.Err())
+	}
+	if err := ok.Err(); err != nil {
+		t.Errorf("another lease ended while one refresh hung (refreshes serialised?): %v", err)
+	}
+	hg.until <- struct{}{} // the hung refresh returns success, late
+	for hg.returned.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !errors.Is(hung.Err(), dlock.ErrLockLost) {
+		t.Errorf("a refresh that returned after the deadline revived the lease: Err = %v", hung.Err())
+	}
+	if dl2, _ := hung.Deadline(); !dl2.Equal(dl) {
+		t.Errorf("a refresh that returned after the deadline moved it by %v", dl2.Sub(dl))
+	}
+	if err := ok.Release(ctx); err != nil {
+		t.Errorf("the other lease: %v", err)
+	}
+}
+
+// Leases share their Locker's one keep-alive goroutine: 1000 leases (on
+// the memory driver, whose leases report loss by callback) add a goroutine
+// or so, not 1000, and Close leaves none behind.
+func TestLeasesShareOneGoroutine(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	l, err := dlock.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := runtime.NumGoroutine()
+	leases := make([]*dlock.Lease, 1000)
+	for i := range leases {
+		if leases[i], err = l.TryAcquire(ctx, fmt.Sprintf("g/%d", i), &dlock.AcquireOptions{TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := runtime.NumGoroutine() - before; d > 10 {
+		t.Errorf("1000 leases added %d goroutines", d)
+	}
+	for _, ls := range leases[:500] {
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ls := range leases[500:] {
+		if !errors.Is(ls.Err(), dlock.ErrClosed) {
+			t.Fatalf("a lease after Close: %v; want ErrClosed", ls.Err())
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close; %d before the leases", n, before)
 	}
 }
 

@@ -21,7 +21,7 @@ type Lease struct {
 }
 
 // hold is one grant from the driver, shared by the Leases of a reentrant
-// owner. Its goroutine (run) keeps it alive and watches its deadline.
+// owner. The Locker's keeper refreshes it and ends it at its deadline.
 type hold struct {
 	l         *Locker
 	name      string
@@ -38,11 +38,24 @@ type hold struct {
 	err       error     // non-nil once done is closed
 	releasing bool
 
+	// Keep-alive state, guarded by mu.
+	nextRefresh   time.Time          // when the next keep-alive refresh is due
+	refreshing    bool               // a keep-alive refresh is in flight
+	cancelRefresh context.CancelFunc // cancels it; called by end
+
+	// endCtx is cancelled by end with the lease's error as its cause; made
+	// by the first Lease.Context (guarded by mu).
+	endCtx    context.Context
+	endCancel context.CancelCauseFunc
+
 	dlReleased atomic.Bool // the driver's Release was called
 
-	done chan struct{}
-	stop chan struct{} // closed by end: stops run
-	bump chan struct{} // the deadline moved: re-arm the timer
+	done chan struct{} // made by the first Done (guarded by mu); closed by end
+
+	// The keeper's heap entry, guarded by the keeper's mu.
+	at          time.Time // next event: a refresh or the deadline
+	index       int       // position in the heap; -1 when not in it
+	unscheduled bool      // ended: never scheduled again
 }
 
 // Name returns the lock name.
@@ -65,7 +78,7 @@ func (ls *Lease) TTL() time.Duration { return ls.h.ttl }
 // paused (a GC pause, a stopped process) and its timers have not run yet.
 func (ls *Lease) Done() <-chan struct{} {
 	ls.h.check()
-	return ls.h.done
+	return ls.h.doneChan()
 }
 
 // Err returns nil while the lease is held, then an error wrapping
@@ -108,18 +121,31 @@ func (ls *Lease) Deadline() (time.Time, bool) {
 // lease ends (context.Cause is then the lease's Err) or parent ends. Call
 // cancel when done with it. Like Err, its Err and Done methods read the
 // clock when called: after the lease's deadline they report it cancelled at
-// once. (Contexts derived from it are cancelled by a goroutine, a moment
-// later.)
+// once. (Contexts derived from it are cancelled a moment later, by
+// context.AfterFunc's goroutine.)
 func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	go func() {
-		select {
-		case <-ls.h.done:
-			cancel(ls.h.leaseErr(ls.h.currentErr()))
-		case <-ctx.Done():
+	end := ls.h.endContext()
+	stop := context.AfterFunc(end, func() { cancel(context.Cause(end)) })
+	return &leaseContext{Context: ctx, h: ls.h, cancel: cancel}, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// endContext returns a context that end cancels with the lease's error as
+// its cause. It is made on first use: a lease nobody asks a Context of
+// costs nothing for it.
+func (h *hold) endContext() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.endCtx == nil {
+		h.endCtx, h.endCancel = context.WithCancelCause(context.Background())
+		if h.err != nil {
+			h.endCancel(h.leaseErr(h.err))
 		}
-	}()
-	return &leaseContext{Context: ctx, h: ls.h, cancel: cancel}, func() { cancel(context.Canceled) }
+	}
+	return h.endCtx
 }
 
 // leaseContext is a lease's Context: Err and Done check the lease's
@@ -226,6 +252,25 @@ func (h *hold) releaseDriver(ctx context.Context) error {
 	return h.dl.Release(ctx)
 }
 
+// closedChan is the Done channel of a hold that ended before anyone asked
+// for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// doneChan returns the channel end closes, making it on first use: a lease
+// whose Done nobody asks for costs no channel.
+func (h *hold) doneChan() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
+
 func (h *hold) currentErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -237,7 +282,7 @@ func (h *hold) currentErr() error {
 // held goes through it, so that the answer is read from the clock at the
 // moment of the call: a holder paused past its TTL (Kleppmann's scenario)
 // is told the lease is lost in the first instant after it resumes, before
-// the hold's own timer goroutine has had a chance to run.
+// the Locker's keep-alive goroutine has had a chance to run.
 func (h *hold) check() error {
 	h.mu.Lock()
 	err := h.err
@@ -266,8 +311,8 @@ func (h *hold) setErr(err error) {
 	h.mu.Unlock()
 }
 
-// end closes done with err, once, and stops the keep-alive. It reports
-// whether this call ended the hold.
+// end closes done with err, once, and stops the keep-alive (cancelling a
+// refresh in flight). It reports whether this call ended the hold.
 func (h *hold) end(err error) bool {
 	h.mu.Lock()
 	if h.err != nil {
@@ -275,15 +320,67 @@ func (h *hold) end(err error) bool {
 		return false
 	}
 	h.err = err
-	close(h.stop)
-	close(h.done)
+	if h.done == nil {
+		h.done = closedChan
+	} else {
+		close(h.done)
+	}
+	cancelRefresh, endCancel := h.cancelRefresh, h.endCancel
+	h.cancelRefresh = nil
 	h.mu.Unlock()
+	if cancelRefresh != nil {
+		cancelRefresh()
+	}
+	if endCancel != nil {
+		endCancel(h.leaseErr(err))
+	}
 	h.l.forget(h)
 	return true
 }
 
-// refresh calls the driver's Refresh and, on success, moves the deadline to
-// the start of the request plus the TTL minus the drift margin.
+// lost ends the hold on the driver's loss signal.
+func (h *hold) lost() {
+	h.end(fmt.Errorf("%w: the backend reported the lease gone", ErrLockLost))
+}
+
+// watchLoss arranges for the driver's loss signal to end the hold: by a
+// callback when the driver's lease offers one (driver.LossNotifier), else
+// by a goroutine waiting on its Lost channel; a lease whose Lost is nil
+// (the driver cannot tell: Redis, SQL version leases) costs nothing. l.mu
+// is held and l is not closed.
+func (h *hold) watchLoss() {
+	if n, ok := h.dl.(driver.LossNotifier); ok {
+		n.OnLost(h.lost)
+		return
+	}
+	lost := h.dl.Lost()
+	if lost == nil {
+		return
+	}
+	h.l.wg.Add(1)
+	go func() {
+		defer h.l.wg.Done()
+		select {
+		case <-lost:
+			h.lost()
+		case <-h.doneChan():
+		}
+	}()
+}
+
+// nextEvent is when the keeper must next look at h: the earlier of its next
+// keep-alive refresh (none while one is in flight or it is being released)
+// and its deadline; zero for none. h.mu must be held.
+func (h *hold) nextEvent() time.Time {
+	next := h.deadline
+	if h.keepAlive && !h.refreshing && !h.releasing && (next.IsZero() || h.nextRefresh.Before(next)) {
+		next = h.nextRefresh
+	}
+	return next
+}
+
+// refresh is Lease.Refresh's call: bounded by the deadline, and cut short
+// by the driver's loss signal.
 func (h *hold) refresh(ctx context.Context) error {
 	h.mu.Lock()
 	dl := h.deadline
@@ -309,6 +406,12 @@ func (h *hold) refresh(ctx context.Context) error {
 			}
 		}()
 	}
+	return h.refreshWith(ctx)
+}
+
+// refreshWith calls the driver's Refresh and, on success, moves the
+// deadline to the start of the request plus the TTL minus the drift margin.
+func (h *hold) refreshWith(ctx context.Context) error {
 	start := time.Now()
 	err := h.dl.Refresh(ctx, h.ttl)
 	if err != nil {
@@ -330,84 +433,5 @@ func (h *hold) refresh(ctx context.Context) error {
 	if err := h.check(); err != nil {
 		return fmt.Errorf("%w (%w)", ErrNotHeld, err)
 	}
-	select {
-	case h.bump <- struct{}{}:
-	default:
-	}
 	return nil
-}
-
-// run is the hold's one goroutine: it refreshes every TTL/3 (unless keep-
-// alive is off), ends the hold at its deadline, and on the driver's loss
-// signal.
-func (h *hold) run() {
-	defer h.l.wg.Done()
-	lost := h.dl.Lost()
-	var deadlineC <-chan time.Time
-	var deadlineT *time.Timer
-	arm := func() {
-		h.mu.Lock()
-		dl := h.deadline
-		h.mu.Unlock()
-		if dl.IsZero() {
-			return
-		}
-		d := time.Until(dl)
-		if deadlineT == nil {
-			deadlineT = time.NewTimer(d)
-			deadlineC = deadlineT.C
-		} else {
-			deadlineT.Reset(d)
-		}
-	}
-	arm()
-	defer func() {
-		if deadlineT != nil {
-			deadlineT.Stop()
-		}
-	}()
-
-	var refreshC <-chan time.Time
-	interval := h.ttl / 3
-	var refreshT *time.Timer
-	if h.keepAlive {
-		refreshT = time.NewTimer(interval)
-		refreshC = refreshT.C
-		defer refreshT.Stop()
-	}
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-lost:
-			h.end(fmt.Errorf("%w: the backend reported the lease gone", ErrLockLost))
-			return
-		case <-h.bump:
-			arm()
-		case <-deadlineC:
-			if h.check() != nil {
-				return
-			}
-			arm()
-		case <-refreshC:
-			h.mu.Lock()
-			stopping := h.releasing || h.err != nil
-			h.mu.Unlock()
-			if stopping {
-				return
-			}
-			err := h.refresh(context.Background())
-			next := interval
-			if err != nil {
-				if errors.Is(err, ErrNotHeld) || h.currentErr() != nil {
-					return
-				}
-				// Transient: try again soon, until the deadline ends it.
-				next = max(interval/4, time.Millisecond)
-			} else {
-				arm()
-			}
-			refreshT.Reset(next)
-		}
-	}
 }

@@ -20,10 +20,11 @@ type stubDriver struct {
 	caps         driver.Capabilities
 	blockRelease bool
 
-	mu    sync.Mutex
-	held  map[string]uint64
-	token uint64
-	tries int
+	mu       sync.Mutex
+	held     map[string]uint64
+	token    uint64
+	tries    int
+	watchers map[chan struct{}]string // woken by a release of their name
 }
 
 type stubLease struct {
@@ -68,7 +69,113 @@ func (ls *stubLease) Release(ctx context.Context) error {
 		return driver.ErrNotHeld
 	}
 	delete(ls.d.held, ls.name)
+	for ch, name := range ls.d.watchers {
+		if name == ls.name {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
 	return nil
+}
+
+// watchingStub is stubDriver with a Watcher: a release wakes the watches
+// registered at that moment. beforeWatch runs in Watch before the watch
+// is registered.
+type watchingStub struct {
+	*stubDriver
+	beforeWatch func()
+	watches     int
+}
+
+func (w *watchingStub) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	w.mu.Lock()
+	w.watches++
+	hook := w.beforeWatch
+	w.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	if w.watchers == nil {
+		w.watchers = map[chan struct{}]string{}
+	}
+	w.watchers[ch] = name
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		delete(w.watchers, ch)
+		w.mu.Unlock()
+	}, nil
+}
+
+func (w *watchingStub) watchCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.watches
+}
+
+// A waiter watches only after a failed try, and tries again once the
+// watch is registered: a release between the failed try and the Watch
+// (which wakes nobody) still lets it in. The fallback timer is an hour
+// here, so only that second try, or a wake-up, can grant the lock.
+func TestWatchAfterFailedTry(t *testing.T) {
+	w := &watchingStub{stubDriver: newStub()}
+	l := NewLocker(w)
+	defer l.Close()
+	l.watchLo, l.watchHi = time.Hour, time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	free, err := l.Acquire(ctx, "free", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free.Release(ctx)
+	if n := w.watchCount(); n != 0 {
+		t.Errorf("an Acquire of a free lock called Watch %d times; want none", n)
+	}
+
+	holder, err := l.TryAcquire(ctx, "a", &AcquireOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.beforeWatch = func() { holder.Release(context.Background()) }
+	w.mu.Unlock()
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer wcancel()
+	ls, err := l.Acquire(wctx, "a", nil)
+	if err != nil {
+		t.Fatalf("a release between the failed try and the Watch was missed: %v", err)
+	}
+	ls.Release(ctx)
+	if n := w.watchCount(); n != 1 {
+		t.Errorf("Watch called %d times; want 1", n)
+	}
+
+	// The ordinary case: a release after the waiter waits wakes it.
+	w.mu.Lock()
+	w.beforeWatch = nil
+	w.mu.Unlock()
+	holder, err = l.TryAcquire(ctx, "a", &AcquireOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for w.watchCount() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond)
+		holder.Release(context.Background())
+	}()
+	ls, err = l.Acquire(wctx, "a", nil)
+	if err != nil {
+		t.Fatalf("a waiter was not woken by a release: %v", err)
+	}
+	ls.Release(ctx)
 }
 
 // pause makes the hold's deadline pass without its goroutine running: the

@@ -32,15 +32,19 @@ type Locker struct {
 	watcher   driver.Watcher
 	inspector driver.Inspector
 
-	// closing is cancelled by Close, which ends acquisitions in flight.
-	closing     context.Context
-	closeCancel context.CancelFunc
-
 	mu     sync.Mutex
 	closed bool
 	holds  map[*hold]struct{}
 	owners map[ownerKey]*ownerSlot
-	wg     sync.WaitGroup // keep-alive goroutines
+	wg     sync.WaitGroup                // the keeper's goroutines, loss watchers
+	waits  map[uint64]context.CancelFunc // blocked acquisitions, ended by Close
+	waitID uint64
+
+	keeper keeper // refreshes every hold, ends it at its deadline
+
+	// The backoff bounds of a wait with a Watcher (watchFallback,
+	// watchMax); tests lengthen them to tell a wake-up from the timer.
+	watchLo, watchHi time.Duration
 }
 
 type ownerKey struct{ name, owner string }
@@ -61,9 +65,11 @@ func NewLocker(drv driver.Locker) *Locker {
 		caps:   drv.Capabilities(),
 		holds:  make(map[*hold]struct{}),
 		owners: make(map[ownerKey]*ownerSlot),
+		waits:  make(map[uint64]context.CancelFunc),
 	}
 	l.caps.Reentrant = true
-	l.closing, l.closeCancel = context.WithCancel(context.Background())
+	l.watchLo, l.watchHi = watchFallback, watchMax
+	l.keeper.init(l)
 	l.blocker, _ = drv.(driver.Blocker)
 	l.watcher, _ = drv.(driver.Watcher)
 	l.inspector, _ = drv.(driver.Inspector)
@@ -135,11 +141,7 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	}
 	owner := opts.owner()
 	if owner == "" {
-		h, err := l.grant(ctx, op, name, opts, wait)
-		if err != nil {
-			return nil, err
-		}
-		return &Lease{h: h}, nil
+		return l.grant(ctx, op, name, opts, wait)
 	}
 
 	// Reentrant path: one slot per (name, owner) on this Locker.
@@ -194,37 +196,20 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	}
 	l.mu.Unlock()
 
-	h, err := l.grant(ctx, op, name, opts, wait)
+	ls, err := l.grant(ctx, op, name, opts, wait)
 	if err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
-	slot.hold = h
-	h.slot, h.key = slot, key
+	slot.hold = ls.h
+	ls.h.slot, ls.h.key = slot, key
 	l.mu.Unlock()
-	return &Lease{h: h}, nil
+	return ls, nil
 }
 
-// grant obtains a driver lease and starts its hold. Close ends a grant in
-// flight with ErrClosed.
-func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
-	if wait {
-		outer := ctx
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(l.closing, cancel)
-		defer stop()
-		h, err := l.grant1(ctx, op, name, opts, wait)
-		if err != nil && outer.Err() == nil && l.closing.Err() != nil {
-			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
-		}
-		return h, err
-	}
-	return l.grant1(ctx, op, name, opts, wait)
-}
-
-func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*hold, error) {
+// grant obtains a driver lease, starts its hold and returns its first
+// Lease. Close ends a grant in flight with ErrClosed.
+func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*Lease, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
 	var (
@@ -237,12 +222,20 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		start = time.Now()
 		dl, err = l.drv.TryAcquire(ctx, req)
 	case l.blocker != nil:
-		start = time.Now()
-		dl, err = l.blocker.Acquire(ctx, req)
+		dl, start, err = l.block(ctx, req)
 	default:
-		dl, start, err = l.waitLoop(ctx, req)
+		// One attempt first, as TryAcquire: a free lock costs no wait
+		// set-up (no context, no Watch: a pub/sub subscription on Redis).
+		start = time.Now()
+		dl, err = l.drv.TryAcquire(ctx, req)
+		if errors.Is(err, driver.ErrNotAcquired) {
+			dl, start, err = l.waitLoop(ctx, req, err)
+		}
 	}
 	if err != nil {
+		if wait && ctx.Err() == nil && l.isClosed() {
+			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+		}
 		return nil, wrap(op, name, ctx, err)
 	}
 	if g, ok := dl.(driver.Granted); ok {
@@ -252,7 +245,11 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 			start = t
 		}
 	}
-	h := &hold{
+	// The hold and its first Lease in one allocation.
+	hl := &struct {
+		h  hold
+		ls Lease
+	}{h: hold{
 		l:         l,
 		name:      name,
 		ttl:       ttl,
@@ -260,12 +257,15 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		dl:        dl,
 		token:     dl.Token(),
 		count:     1,
-		done:      make(chan struct{}),
-		stop:      make(chan struct{}),
-		bump:      make(chan struct{}, 1),
-	}
+		index:     -1,
+	}}
+	h := &hl.h
+	hl.ls.h = h
 	if !l.caps.SessionBound {
 		h.deadline = start.Add(ttl - drift(ttl))
+	}
+	if h.keepAlive {
+		h.nextRefresh = time.Now().Add(ttl / 3)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -276,10 +276,43 @@ func (l *Locker) grant1(ctx context.Context, op, name string, opts *AcquireOptio
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 	}
 	l.holds[h] = struct{}{}
-	l.wg.Add(1)
+	l.keeper.start(h)
+	h.watchLoss()
 	l.mu.Unlock()
-	go h.run()
-	return h, nil
+	return &hl.ls, nil
+}
+
+// block waits in the driver's native queue, under a context that Close
+// also ends.
+func (l *Locker) block(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer l.removeWait(l.addWait(cancel))
+	start := time.Now()
+	dl, err := l.blocker.Acquire(ctx, req)
+	return dl, start, err
+}
+
+// addWait registers the cancel func of a blocked acquisition, for Close to
+// call (at once when the Locker is closed already); removeWait(id) undoes
+// it. (A map entry, where context.AfterFunc on a context that Close
+// cancels would cost two allocations per wait.)
+func (l *Locker) addWait(cancel context.CancelFunc) (id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		cancel()
+		return 0
+	}
+	l.waitID++
+	l.waits[l.waitID] = cancel
+	return l.waitID
+}
+
+func (l *Locker) removeWait(id uint64) {
+	l.mu.Lock()
+	delete(l.waits, id)
+	l.mu.Unlock()
 }
 
 // Backoff bounds for waiting without a native queue. With a Watcher the
@@ -293,34 +326,42 @@ const (
 	cleanupTimeout = ReleaseTimeout
 )
 
-// waitLoop tries until granted: watch first, then try, then wait for a
-// wake-up, a backoff timer, or the end of ctx.
-func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease, time.Time, error) {
+// waitLoop waits for a lock whose first attempt failed with failed (an
+// ErrNotAcquired), until granted or ctx or the Locker ends. With a
+// Watcher it watches the name now, then tries again before it waits (a
+// release between the failed attempt and the Watch would wake nobody),
+// then waits for a wake-up, a backoff timer, or the end.
+func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error) (driver.Lease, time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer l.removeWait(l.addWait(cancel))
 	var wake <-chan struct{}
 	lo, hi := pollMin, pollMax
+	err := failed
+	var start time.Time
 	if l.watcher != nil {
-		w, stop, err := l.watcher.Watch(ctx, req.Name)
-		if err == nil {
+		w, stop, werr := l.watcher.Watch(ctx, req.Name)
+		if werr == nil {
 			defer stop()
 			wake = w
-			lo, hi = watchFallback, watchMax
+			lo, hi = l.watchLo, l.watchHi
+			start = time.Now()
+			var dl driver.Lease
+			dl, err = l.drv.TryAcquire(ctx, req)
+			if err == nil {
+				return dl, start, nil
+			}
+			if !errors.Is(err, driver.ErrNotAcquired) {
+				return nil, start, err
+			}
 		} else if ctx.Err() != nil {
 			return nil, time.Time{}, ctx.Err()
 		}
 		// A failed Watch degrades to polling.
 	}
 	step := lo
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var timer *time.Timer
 	for {
-		start := time.Now()
-		dl, err := l.drv.TryAcquire(ctx, req)
-		if err == nil {
-			return dl, start, nil
-		}
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return nil, start, err
-		}
 		// Full jitter in [step/2, step), then double up to the cap.
 		d := step/2 + rand.N(step/2+1)
 		var na *driver.NotAcquiredError
@@ -328,7 +369,12 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease
 			d = na.RetryAfter + time.Millisecond
 		}
 		step = min(step*2, hi)
-		timer.Reset(d)
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
 		select {
 		case _, ok := <-wake:
 			step = lo
@@ -339,11 +385,15 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request) (driver.Lease
 		case <-ctx.Done():
 			return nil, start, ctx.Err()
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		timer.Stop()
+		start = time.Now()
+		var dl driver.Lease
+		dl, err = l.drv.TryAcquire(ctx, req)
+		if err == nil {
+			return dl, start, nil
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return nil, start, err
 		}
 	}
 }
@@ -358,7 +408,9 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
-	l.closeCancel()
+	for _, cancel := range l.waits {
+		cancel()
+	}
 	holds := make([]*hold, 0, len(l.holds))
 	for h := range l.holds {
 		holds = append(holds, h)
@@ -378,6 +430,7 @@ func (l *Locker) Close() error {
 		}()
 	}
 	wg.Wait()
+	l.keeper.close()
 	l.wg.Wait()
 	if err := l.drv.Close(); err != nil {
 		return fmt.Errorf("dlock: close: %w", err)
@@ -395,6 +448,7 @@ func (l *Locker) forget(h *hold) {
 		}
 	}
 	l.mu.Unlock()
+	l.keeper.remove(h)
 }
 
 // wrap adds the operation and name to a driver error, once. Context
@@ -433,6 +487,9 @@ func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 	if ctx.Err() != nil {
 		return cleanupContext(ctx)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= ReleaseTimeout {
+		return ctx, func() {} // bounded already: no context, no timer
 	}
 	return context.WithTimeout(ctx, ReleaseTimeout)
 }

@@ -119,6 +119,19 @@ type Lease interface {
 	Lost() <-chan struct{}
 }
 
+// LossNotifier is implemented by leases that can report their loss by a
+// callback as well as by their Lost channel. The portable layer then needs
+// no goroutine per lease to wait on the channel (without it, it runs one
+// for each lease whose Lost is non-nil).
+type LossNotifier interface {
+	// OnLost arranges for f to be called once, in a goroutine of its own,
+	// when the lease is lost (when the channel Lost returns closes), or at
+	// once if it already is. f is never called for a lease released
+	// before it was lost. The portable layer calls OnLost at most once
+	// per lease.
+	OnLost(f func())
+}
+
 // Blocker is implemented by drivers whose backend can wait natively: a
 // server-side queue (ZooKeeper sequential nodes, a SQL row lock, an
 // advisory lock) or an in-process queue. The portable layer calls Acquire
@@ -144,8 +157,11 @@ type Granted interface {
 
 // Watcher is implemented by drivers that can tell a waiter when a name may
 // have become free (Redis pub/sub, PostgreSQL LISTEN/NOTIFY). The portable
-// layer watches first, then tries, then waits on the channel, so a release
-// between the try and the wait is not missed.
+// layer watches only once an attempt has failed (a free lock costs no
+// watch): it tries, and after ErrNotAcquired it calls Watch, tries again,
+// then waits on the channel and tries after each wake-up. The second try
+// is what makes a release between the first try and the Watch, or between
+// any try and the wait, not missed.
 type Watcher interface {
 	// Watch registers interest in releases of name. The returned channel
 	// receives a value after a release of name that happened after an

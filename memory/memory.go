@@ -116,7 +116,8 @@ type lease struct {
 	token   uint64
 	granted time.Time
 	lost    chan struct{}
-	gone    bool // no longer the holder (guarded by ns.mu)
+	gone    bool     // no longer the holder (guarded by ns.mu)
+	onLost  []func() // called when lost (guarded by ns.mu)
 }
 
 type locker struct{ ns *Namespace }
@@ -125,6 +126,8 @@ var (
 	_ driver.Locker    = (*locker)(nil)
 	_ driver.Blocker   = (*locker)(nil)
 	_ driver.Inspector = (*locker)(nil)
+
+	_ driver.LossNotifier = (*lease)(nil)
 )
 
 func (l *locker) Capabilities() driver.Capabilities {
@@ -262,6 +265,10 @@ func (ns *Namespace) dropLocked(name string, st *state) {
 	ls := st.holder
 	ls.gone = true
 	close(ls.lost)
+	for _, f := range ls.onLost {
+		go f()
+	}
+	ls.onLost = nil
 	ns.freeLocked(name, st)
 }
 
@@ -300,6 +307,20 @@ func (ls *lease) Token() uint64         { return ls.token }
 func (ls *lease) Lost() <-chan struct{} { return ls.lost }
 func (ls *lease) GrantedAt() time.Time  { return ls.granted }
 
+func (ls *lease) OnLost(f func()) {
+	ns := ls.ns
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	select {
+	case <-ls.lost:
+		go f()
+	default:
+		if !ls.gone { // a released lease is never lost
+			ls.onLost = append(ls.onLost, f)
+		}
+	}
+}
+
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -324,6 +345,7 @@ func (ls *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("memory: %w", driver.ErrNotHeld)
 	}
 	ls.gone = true
+	ls.onLost = nil
 	ns.freeLocked(ls.name, st)
 	return nil
 }
