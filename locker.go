@@ -345,14 +345,10 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error)
 			defer stop()
 			wake = w
 			lo, hi = l.watchLo, l.watchHi
-			start = time.Now()
 			var dl driver.Lease
-			dl, err = l.drv.TryAcquire(ctx, req)
-			if err == nil {
-				return dl, start, nil
-			}
-			if !errors.Is(err, driver.ErrNotAcquired) {
-				return nil, start, err
+			var done bool
+			if dl, start, done, err = l.attempt(ctx, req); done {
+				return dl, start, err
 			}
 		} else if ctx.Err() != nil {
 			return nil, time.Time{}, ctx.Err()
@@ -386,16 +382,20 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error)
 			return nil, start, ctx.Err()
 		}
 		timer.Stop()
-		start = time.Now()
 		var dl driver.Lease
-		dl, err = l.drv.TryAcquire(ctx, req)
-		if err == nil {
-			return dl, start, nil
-		}
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return nil, start, err
+		var done bool
+		if dl, start, done, err = l.attempt(ctx, req); done {
+			return dl, start, err
 		}
 	}
+}
+
+// attempt makes one try of a wait; done reports that the wait is over:
+// granted (err nil), or failed otherwise than ErrNotAcquired.
+func (l *Locker) attempt(ctx context.Context, req driver.Request) (dl driver.Lease, start time.Time, done bool, err error) {
+	start = time.Now()
+	dl, err = l.drv.TryAcquire(ctx, req)
+	return dl, start, err == nil || !errors.Is(err, driver.ErrNotAcquired), err
 }
 
 // Close ends every lease of this Locker (their Done channels close with

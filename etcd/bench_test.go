@@ -83,12 +83,8 @@ func BenchmarkUncontended(b *testing.B) {
 					return err
 				},
 			}
-			for _, op := range ops {
-				for range 20 {
-					if err := op(); err != nil {
-						b.Fatal(err)
-					}
-				}
+			if err := stats.Warm(20, ops...); err != nil {
+				b.Fatal(err)
 			}
 			b.ResetTimer()
 			times, err := stats.Interleave(b.N, ops...)
@@ -96,7 +92,8 @@ func BenchmarkUncontended(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			d, m, f, r := stats.Median(times[0]), stats.Median(times[1]), stats.Median(times[2]), stats.Median(times[3])
+			meds := stats.Medians(times)
+			d, m, f, r := meds[0], meds[1], meds[2], meds[3]
 			b.ReportMetric(stats.Micros(d), "dlock-p50-µs")
 			b.ReportMetric(stats.Micros(m), "mutex-p50-µs")
 			b.ReportMetric(stats.Micros(f), "floor-p50-µs")

@@ -85,15 +85,7 @@ func TestVersionNotifiesOnlyWaiters(t *testing.T) {
 	if ls, err = holder.TryAcquire(ctx, name, nil); err != nil {
 		t.Fatal(err)
 	}
-	w := waiter.Driver()
-	wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
-		t.Fatalf("the waiter's attempt at a held name: %v, want ErrNotAcquired", err)
-	}
+	wake := watchAndFail(t, ctx, waiter, name)
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -226,15 +218,7 @@ func TestVersionRegistrationRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := waiter.Driver()
-	wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
-		t.Fatalf("the waiter's attempt at a held name: %v, want ErrNotAcquired", err)
-	}
+	wake := watchAndFail(t, ctx, waiter, name)
 	time.Sleep(12 * time.Second) // past the first registration's 10s
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -244,4 +228,21 @@ func TestVersionRegistrationRenewed(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a release 12s into the wait did not wake the waiter: its registration was not renewed")
 	}
+}
+
+// watchAndFail makes l's driver watch name and fail one attempt at it
+// (held by another), which registers l as its waiter; the watch ends
+// with the test.
+func watchAndFail(t *testing.T, ctx context.Context, l *dlock.Locker, name string) <-chan struct{} {
+	t.Helper()
+	w := l.Driver()
+	wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("the waiter's attempt at a held name: %v, want ErrNotAcquired", err)
+	}
+	return wake
 }

@@ -133,13 +133,7 @@ func commandCalls(t *testing.T, ctx context.Context, c *goredis.Client, cmd stri
 // cycles with no waiter, and moves when one waits.
 func TestReleaseWithoutWaiterDoesNotPublish(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testenv.NewRedis(t, nil)
-	raw := rawClient(t, srv.Addr)
-	d, err := openURL(ctx, srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	raw, d, url := serverOfItsOwn(t, ctx)
 	name := uniqueName(t)
 	req := driver.Request{Name: name, TTL: 5 * time.Second}
 	before := commandCalls(t, ctx, raw, "publish")
@@ -161,7 +155,7 @@ func TestReleaseWithoutWaiterDoesNotPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := openURL(ctx, srv.URL)
+	w, err := openURL(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,13 +187,7 @@ func TestReleaseWithoutWaiterDoesNotPublish(t *testing.T) {
 // release.
 func TestScriptCacheFlushed(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testenv.NewRedis(t, nil)
-	raw := rawClient(t, srv.Addr)
-	d, err := openURL(ctx, srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	raw, d, _ := serverOfItsOwn(t, ctx)
 	req := driver.Request{Name: uniqueName(t), TTL: 5 * time.Second}
 	flush := func() {
 		if err := raw.ScriptFlush(ctx).Err(); err != nil {
@@ -222,4 +210,19 @@ func TestScriptCacheFlushed(t *testing.T) {
 	if n, err := raw.Exists(ctx, keysFor(DefaultPrefix, req.Name).lock).Result(); err != nil || n != 0 {
 		t.Errorf("after release the key exists: %d, %v", n, err)
 	}
+}
+
+// serverOfItsOwn starts a Redis server for one test, whose counters no
+// other test moves, and returns a raw client and a driver on it (both end
+// with the test) and its URL.
+func serverOfItsOwn(t *testing.T, ctx context.Context) (*goredis.Client, driver.Locker, string) {
+	t.Helper()
+	srv := testenv.NewRedis(t, nil)
+	raw := rawClient(t, srv.Addr)
+	d, err := openURL(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return raw, d, srv.URL
 }

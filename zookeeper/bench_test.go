@@ -67,12 +67,8 @@ func BenchmarkUncontended(b *testing.B) {
 				return zl.Unlock()
 			}
 			ops := []func() error{opFair, opBasic, opZK, opFloor}
-			for _, op := range ops { // parents exist, JIT warm
-				for range 20 {
-					if err := op(); err != nil {
-						b.Fatal(err)
-					}
-				}
+			if err := stats.Warm(20, ops...); err != nil { // parents exist, JIT warm
+				b.Fatal(err)
 			}
 			b.ResetTimer()
 			times, err := stats.Interleave(b.N, ops...)
@@ -80,7 +76,8 @@ func BenchmarkUncontended(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			f, ba, z, fp := stats.Median(times[0]), stats.Median(times[1]), stats.Median(times[2]), stats.Median(times[3])
+			meds := stats.Medians(times)
+			f, ba, z, fp := meds[0], meds[1], meds[2], meds[3]
 			b.ReportMetric(stats.Micros(f), "fair-p50-µs")
 			b.ReportMetric(stats.Micros(ba), "basic-p50-µs")
 			b.ReportMetric(stats.Micros(z), "zklock-p50-µs")

@@ -50,6 +50,28 @@ func Interleave(n int, ops ...func() error) ([][]time.Duration, error) {
 	return times, nil
 }
 
+// Warm runs each op n times, untimed: connections open, caches and
+// compilers warm, before Interleave times them.
+func Warm(n int, ops ...func() error) error {
+	for _, op := range ops {
+		for range n {
+			if err := op(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Medians is the Median of each op's times, as Interleave returns them.
+func Medians(times [][]time.Duration) []time.Duration {
+	out := make([]time.Duration, len(times))
+	for i, ts := range times {
+		out[i] = Median(ts)
+	}
+	return out
+}
+
 // MedianOf is the Median of Sample(n, f).
 func MedianOf(n int, f func() error) (time.Duration, error) {
 	ds, err := Sample(n, f)

@@ -57,3 +57,19 @@ func TestMicros(t *testing.T) {
 		t.Fatalf("Micros(1.5µs) = %v", got)
 	}
 }
+
+func TestWarmAndMedians(t *testing.T) {
+	calls := [2]int{}
+	ops := []func() error{func() error { calls[0]++; return nil }, func() error { calls[1]++; return nil }}
+	if err := Warm(3, ops...); err != nil || calls != [2]int{3, 3} {
+		t.Errorf("Warm(3): err %v, calls %v; want each op called 3 times", err, calls)
+	}
+	boom := errors.New("boom")
+	if err := Warm(3, func() error { return boom }); err != boom {
+		t.Errorf("Warm with a failing op: %v, want its error", err)
+	}
+	got := Medians([][]time.Duration{{3, 1, 2}, {5}})
+	if len(got) != 2 || got[0] != 2 || got[1] != 5 {
+		t.Errorf("Medians = %v, want [2 5]", got)
+	}
+}
