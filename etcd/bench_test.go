@@ -83,16 +83,7 @@ func BenchmarkUncontended(b *testing.B) {
 					return err
 				},
 			}
-			if err := stats.Warm(20, ops...); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			times, err := stats.Interleave(b.N, ops...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			meds := stats.Medians(times)
+			meds := testenv.Interleaved(b, 20, ops...)
 			d, m, f, r := meds[0], meds[1], meds[2], meds[3]
 			b.ReportMetric(stats.Micros(d), "dlock-p50-µs")
 			b.ReportMetric(stats.Micros(m), "mutex-p50-µs")

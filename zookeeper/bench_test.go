@@ -67,16 +67,7 @@ func BenchmarkUncontended(b *testing.B) {
 				return zl.Unlock()
 			}
 			ops := []func() error{opFair, opBasic, opZK, opFloor}
-			if err := stats.Warm(20, ops...); err != nil { // parents exist, JIT warm
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			times, err := stats.Interleave(b.N, ops...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			meds := stats.Medians(times)
+			meds := testenv.Interleaved(b, 20, ops...) // parents exist, JIT warm
 			f, ba, z, fp := meds[0], meds[1], meds[2], meds[3]
 			b.ReportMetric(stats.Micros(f), "fair-p50-µs")
 			b.ReportMetric(stats.Micros(ba), "basic-p50-µs")
