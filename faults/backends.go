@@ -18,7 +18,7 @@ import (
 // (strategies) that run against them.
 type Backend struct {
 	// Name is "redis", "redlock", "zookeeper", "zookeeper-ensemble",
-	// "postgres", "mysql".
+	// "postgres", "mysql", "etcd", "etcd-cluster".
 	Name string
 	// Kind is the testenv server kind it needs.
 	Kind string
@@ -34,7 +34,7 @@ type Backend struct {
 // Suite.
 func Backends() []*Backend {
 	var out []*Backend
-	for _, name := range []string{"redis", "redlock", "zookeeper", "zookeeper-ensemble", "postgres", "mysql"} {
+	for _, name := range []string{"redis", "redlock", "zookeeper", "zookeeper-ensemble", "postgres", "mysql", "etcd", "etcd-cluster"} {
 		kb := backendtest.Lookup(name)
 		out = append(out, &Backend{Name: kb.Name, Kind: kb.Kind, Scheme: kb.Scheme,
 			Start: func(ctx context.Context) ([]*Target, func(), error) { return start(ctx, kb) }})
@@ -89,6 +89,9 @@ func start(ctx context.Context, kb *backendtest.Backend) ([]*Target, func(), err
 				return b, nil
 			}
 		}
+		if len(env.Servers) > 1 && kh.Restart != nil {
+			hooks.Freeze = freezer(env.Servers)
+		}
 		if kb.Name == "redis" {
 			hooks.Evict, hooks.Failover = redisFaults(env.Servers[0], &cl)
 		}
@@ -138,6 +141,24 @@ func (c *closer) close() {
 	c.mu.Unlock()
 	for i := len(fs) - 1; i >= 0; i-- {
 		_ = fs[i]()
+	}
+}
+
+// freezer returns the Freeze hook of servers: SIGSTOP, a wait, SIGCONT
+// (also when ctx ends first, so that no server stays stopped).
+func freezer(servers []*testenv.Server) func(ctx context.Context, i int, d time.Duration) error {
+	return func(ctx context.Context, i int, d time.Duration) error {
+		s := servers[i]
+		if err := s.Pause(); err != nil {
+			return err
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return s.Resume()
 	}
 }
 

@@ -25,7 +25,9 @@
 // the fenced register (a client's write is a request to the parent), and
 // injects the fault on a schedule: SIGSTOP/SIGCONT of the holder past its
 // TTL, SIGKILL of the holder, proxy cuts, lost replies, server kill and
-// restart (a ZooKeeper follower and the leader), Redis failover to a
+// restart (a ZooKeeper or etcd follower and the leader, and every server
+// of a cluster at once), an ensemble's leader frozen past the lease (a
+// partition that cuts one member off, then heals), Redis failover to a
 // replica promoted before the grant replicated, eviction under maxmemory,
 // and a Redlock node's key expired early (a clock jump).
 //
@@ -62,8 +64,9 @@
 // # Short and long mode
 //
 // go test -race ./faults/ runs every backend × fault that can run here for
-// a few seconds each (TestFaults: about 4 minutes on 2 cores, two
-// backends at a time, TTL 500ms). faults/cmd/dlockchaos runs the same suite for
+// a few seconds each (TestFaults: about 7 minutes on 2 cores, two
+// backends at a time, TTL 500ms; etcd's leases are whole seconds, at least
+// 2s, so its runs are scaled to its TTL). faults/cmd/dlockchaos runs the same suite for
 // as long as wanted and writes faults.txt, faults.json and faults.html,
 // with every run's history (JSON) and porcupine's visualisation of each
 // history the checker rejected.

@@ -20,6 +20,10 @@ type Hooks struct {
 	Restart func(ctx context.Context, i int) error
 	// Leader returns the index of the ensemble's current leader.
 	Leader func(ctx context.Context) (int, error)
+	// Freeze stops server i (SIGSTOP) for d, then continues it (SIGCONT):
+	// to its peers and its clients it is a member cut off by a partition
+	// that heals, with the state it had when it was cut.
+	Freeze func(ctx context.Context, i int, d time.Duration) error
 	// Failover starts a replica of the current primary, promotes it before
 	// the latest writes replicated, and switches every client to it.
 	Failover func(ctx context.Context, x *Injection) error
@@ -171,6 +175,20 @@ func Catalogue() []*Fault {
 			Inject:  restartLeader,
 		},
 		{
+			Name:    "restart-all",
+			Doc:     "every server is killed (SIGKILL) at once and all are restarted with their data: a whole cluster or ensemble down and back (a power cut); tokens must go on increasing",
+			Applies: func(t *Target) bool { return t.Hooks.Restart != nil && t.Hooks.Servers > 1 },
+			Inject: func(ctx context.Context, x *Injection) error {
+				return restartServer(ctx, x, "restart-all", -1, "every server killed")
+			},
+		},
+		{
+			Name:    "isolate-leader",
+			Doc:     "the ensemble's leader is frozen (SIGSTOP) past the lease TTL and the backend's crash bound, as a partition that cuts that member off from its peers and its clients would, then continued (SIGCONT) with the state it had: the others elect a new leader, clients on the frozen member must move, and nothing the old leader says when it returns may grant a second holder",
+			Applies: func(t *Target) bool { return t.Hooks.Freeze != nil && t.Hooks.Leader != nil && t.Hooks.Servers > 2 },
+			Inject:  isolateLeader,
+		},
+		{
 			Name:    "early-expiry",
 			Doc:     "the lock key expires early (PEXPIRE 1: a clock jump) on one node; the quorum absorbs it unless the holder had only a bare quorum (a node was busy with a contender when it acquired), and then two clients hold the lock",
 			Applies: func(t *Target) bool { return t.Hooks.ExpireEarly != nil },
@@ -267,13 +285,33 @@ func restartLeader(ctx context.Context, x *Injection) error {
 	return restartServer(ctx, x, "leader", l, fmt.Sprintf("leader (server %d) killed", l))
 }
 
+// isolateLeader freezes the current leader for a pause's length.
+func isolateLeader(ctx context.Context, x *Injection) error {
+	h := x.Target().Hooks
+	l, err := h.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	d := pauseLength(x)
+	x.Note("isolate-leader", fmt.Sprintf("leader (server %d) frozen for %v", l, d))
+	if err := h.Freeze(ctx, l, d); err != nil {
+		return err
+	}
+	x.Note("isolate-leader", fmt.Sprintf("server %d continued", l))
+	return nil
+}
+
 // restartServer restarts server i, noting killed when it goes down.
 func restartServer(ctx context.Context, x *Injection, fault string, i int, killed string) error {
 	x.Note(fault, killed)
 	if err := x.Target().Hooks.Restart(ctx, i); err != nil {
 		return err
 	}
-	x.Note(fault, fmt.Sprintf("server %d up", i))
+	up := fmt.Sprintf("server %d up", i)
+	if i < 0 {
+		up = "every server up"
+	}
+	x.Note(fault, up)
 	return nil
 }
 

@@ -30,7 +30,7 @@ func TestFaults(t *testing.T) {
 	if out == "" {
 		out = t.TempDir()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	opts := Options{
 		Backends: splitEnv("DLOCK_FAULTS_BACKENDS"),
