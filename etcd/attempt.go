@@ -32,29 +32,53 @@ type attempt struct {
 	rev   int64 // our key's create revision: the fencing token once granted
 }
 
-// enqueue grants the lease and creates the key in one transaction that also
-// reads the lowest create revision of the queue (etcd's concurrency.Mutex
-// recipe, one round trip after the grant). It returns that revision.
+// enqueue takes a spare etcd lease of the TTL (or grants one) and
+// creates the key under it in one transaction that also reads the lowest
+// create revision of the queue (etcd's concurrency.Mutex recipe). A spare
+// is renewed at the same time, both requests in flight together, so that
+// the server holds the lease a whole TTL from the acquisition's start: one
+// round trip's time with a spare. It returns that revision.
 func (a *attempt) enqueue(ctx context.Context) (int64, error) {
-	a.start = time.Now()
-	g, err := a.l.cli.Grant(ctx, a.ttl)
-	if err != nil {
-		return 0, err
+	var renewed chan time.Time
+	if sp, ok := a.l.spares.take(a.ttl); ok {
+		a.id = sp.id
+		renewed = make(chan time.Time, 1)
+		go func() {
+			start := time.Now()
+			if _, err := a.l.renewer.renew(ctx, sp.id); err != nil {
+				start = sp.renewed // the renewal before still bounds it
+			}
+			renewed <- start
+		}()
+	} else {
+		a.start = time.Now()
+		g, err := a.l.cli.Grant(ctx, a.ttl)
+		if err != nil {
+			return 0, err
+		}
+		a.id = g.ID
 	}
-	a.id = g.ID
-	a.key = layout.EtcdKey(a.queue, int64(g.ID))
+	a.key = layout.EtcdKey(a.queue, int64(a.id))
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 		Then(clientv3.OpPut(a.key, a.owner, clientv3.WithLease(a.id)), clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
 		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
 		Commit()
+	if renewed != nil {
+		a.start = <-renewed
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		a.id = 0 // a spare that expired behind our back: none to revoke
+		return 0, errRequeue
+	}
 	if err != nil {
 		return 0, err
 	}
 	a.rev = resp.Header.Revision
 	if !resp.Succeeded {
 		// The key exists: a retried transaction whose first try was
-		// applied (the lease is ours, so is the key).
+		// applied (the lease is ours, so is the key: a spare is kept only
+		// after its key was deleted).
 		a.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
 	}
 	first := resp.Responses[1].GetResponseRange().Kvs
@@ -64,22 +88,35 @@ func (a *attempt) enqueue(ctx context.Context) (int64, error) {
 	return first[0].CreateRevision, nil
 }
 
-// abandon revokes the attempt's lease, which deletes its key, with a fresh
-// bounded context: a cancelled or failed attempt leaves nothing behind.
+// abandon ends a cancelled or failed attempt with a fresh bounded context,
+// leaving nothing behind: a key it made and still has (same create
+// revision) is deleted and its etcd lease kept as a spare; a lease in any
+// other state is revoked, which deletes its key.
 func (a *attempt) abandon() {
 	if a.id == 0 {
 		return
 	}
-	ctx, cancel := cleanupCtx()
-	defer cancel()
-	_, _ = a.l.cli.Revoke(ctx, a.id)
+	id := a.id
 	a.id = 0
+	if a.rev != 0 {
+		ctx, cancel := cleanupCtx()
+		resp, err := a.l.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(clientv3.OpDelete(a.key)).
+			Commit()
+		cancel()
+		if err == nil && resp.Succeeded {
+			a.l.spares.put(spare{id: id, ttl: a.ttl, renewed: a.start})
+			return
+		}
+	}
+	a.l.revokeLater(id)
 }
 
 // grant makes the lease of a granted attempt; at is a local time at or
 // before the server last started the etcd lease's TTL.
 func (a *attempt) grant(at time.Time) *lease {
-	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, at: at, lost: make(chan struct{})}
+	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: at, lost: make(chan struct{})}
 	ls.watch()
 	return ls
 }
@@ -181,7 +218,7 @@ func (a *attempt) waitDelete(ctx context.Context, key string, rev int64, tick <-
 func (a *attempt) keepAlive(ctx context.Context) error {
 	kctx, cancel := context.WithTimeout(ctx, time.Duration(a.ttl)*time.Second/3)
 	defer cancel()
-	_, err := a.l.cli.KeepAliveOnce(kctx, a.id)
+	_, err := a.l.renewer.renew(kctx, a.id)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		a.abandon()
 		return errRequeue
@@ -202,7 +239,7 @@ func (a *attempt) keepAlive(ctx context.Context) error {
 // ours appeared (the caller waits again).
 func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool, _ error) {
 	at := time.Now()
-	if _, err := a.l.cli.KeepAliveOnce(ctx, a.id); err != nil {
+	if _, err := a.l.renewer.renew(ctx, a.id); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			a.abandon()
 			return nil, false, errRequeue

@@ -46,13 +46,22 @@
 //
 // # Guarantees
 //
-// The recipe is etcd's own concurrency.Mutex, with a lease per dlock
+// The recipe is etcd's own concurrency.Mutex, with an etcd lease per dlock
 // lease and the re-check Jepsen found missing in etcd 3.4.3's mutex:
 //
-//   - An attempt grants an etcd lease with the TTL and creates its key in
+//   - An attempt takes an etcd lease with the TTL and creates its key in
 //     one transaction that also reads the queue's lowest create revision;
 //     it holds the lock when that is its own key's. TryAcquire deletes its
-//     key at once (it revokes its etcd lease) when it does not.
+//     key at once when it does not. The etcd lease is a spare when the
+//     Locker has one: a lease of the same TTL whose key an earlier release
+//     deleted, kept alive without keys for the next acquisition (at most 8
+//     per TTL, each for 30s unused) and renewed in the same round trip as
+//     the transaction, so that the server holds it a whole TTL from the
+//     acquisition's start; otherwise the attempt grants one first. A lease
+//     is never shared: one that nobody refreshes expires after its TTL
+//     whatever the Locker's other leases do (concurrency.Mutex shares one
+//     session lease between every lock, which a lease without keep-alive
+//     cannot).
 //   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair)
 //     and each watches only its predecessor, the key with the greatest
 //     create revision below its own, so a release wakes one waiter. While
@@ -67,15 +76,18 @@
 //     and leader changes), so tokens of successive holders strictly
 //     increase. With --unsafe-no-fsync a crash of every member may lose
 //     acknowledged writes, and with them revisions already handed out.
-//   - Refresh renews the etcd lease (KeepAliveOnce) and checks that the key
-//     is still there; a lease the server dropped is ErrNotHeld. A watch on
-//     the holder's key reports a loss (its deletion) at once, before the
-//     next renewal would.
+//   - Renewals go over one keep-alive stream per Locker. Refresh renews the
+//     etcd lease and checks that the key is still there; a lease the server
+//     dropped is ErrNotHeld. A watch on the holder's key, from 1ms after
+//     the grant, reports a loss (its deletion) at once, before the next
+//     renewal would.
 //   - Release deletes the key only if it still has its create revision
 //     (another owner's key has another name and is never touched), then
-//     revokes the etcd lease in the background.
-//   - A cancelled Acquire revokes its etcd lease, deleting its key, with a
-//     fresh context bounded to 5s. A holder that dies frees the lock when
+//     keeps the etcd lease as a spare, or revokes it in the background
+//     when the delete did not happen or its outcome is unknown.
+//   - A cancelled Acquire deletes its key (or, when the key's state is
+//     unknown, revokes its etcd lease, which deletes it) with a fresh
+//     context bounded to 5s. A holder that dies frees the lock when
 //     its etcd lease expires: the TTL after its last renewal, rounded up to
 //     whole seconds, plus up to 500ms (the server's lessor looks for
 //     expired leases twice a second). A leader change renews every lease on

@@ -21,6 +21,7 @@ type lease struct {
 	id  clientv3.LeaseID
 	key string
 	rev int64
+	ttl int64 // seconds
 	at  time.Time
 
 	lost     chan struct{}
@@ -28,6 +29,7 @@ type lease struct {
 
 	mu       sync.Mutex
 	released bool
+	renewed  time.Time          // start of the etcd lease's last renewal (at, then Refresh's)
 	stop     context.CancelFunc // ends the watch on our key
 }
 
@@ -43,21 +45,33 @@ func (ls *lease) String() string        { return ls.key }
 
 func (ls *lease) markLost() { ls.lostOnce.Do(func() { close(ls.lost) }) }
 
+// watchAfter is how long a lease is held before its key is watched: a
+// lock held for less (most are) costs no watch, and one held longer learns
+// of its loss from the watch within a millisecond plus a round trip, or
+// from the next refresh (a third of the TTL) at the latest.
+const watchAfter = time.Millisecond
+
 // watch reports the lease lost as soon as our key is deleted behind our
 // back (the etcd lease expired or was revoked, an operator deleted it):
-// earlier than the next refresh would. It watches from the revision after
-// our create, so a delete before the watch starts is not missed.
+// earlier than the next refresh would. It starts after watchAfter, and
+// watches from the revision after our create, so a delete before the
+// watch starts is not missed.
 func (ls *lease) watch() {
 	ctx, cancel := context.WithCancel(ls.l.closing)
-	ls.stop = cancel
+	t := time.AfterFunc(watchAfter, func() { ls.watchKey(ctx) })
+	ls.stop = func() { t.Stop(); cancel() }
+}
+
+// watchKey is watch's goroutine.
+func (ls *lease) watchKey(ctx context.Context) {
 	ls.l.mu.Lock()
-	if ls.l.closed {
+	if ls.l.closed || ctx.Err() != nil {
 		ls.l.mu.Unlock()
 		return
 	}
 	ls.l.wg.Add(1)
 	ls.l.mu.Unlock()
-	go func() {
+	func() {
 		defer ls.l.wg.Done()
 		rev := ls.rev + 1
 		for ctx.Err() == nil {
@@ -97,7 +111,7 @@ func (ls *lease) watch() {
 	}()
 }
 
-// Refresh renews the etcd lease (KeepAliveOnce: the server holds it a whole
+// Refresh renews the etcd lease (the Locker's keep-alive stream: the server holds it a whole
 // TTL from now) and checks that our key is still there: a lease that is
 // gone, or a key deleted behind our back, is ErrNotHeld.
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -135,7 +149,8 @@ func (ls *lease) lostErr() error {
 
 // refresh is Refresh's work; its errors lack the package prefix.
 func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
-	resp, err := ls.l.cli.KeepAliveOnce(octx, ls.id)
+	start := time.Now()
+	ttlSec, err := ls.l.renewer.renew(octx, ls.id)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		ls.markLost()
 		return fmt.Errorf("lease %x: %w", int64(ls.id), driver.ErrNotHeld)
@@ -143,9 +158,14 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if got := time.Duration(resp.TTL) * time.Second; got < ttl {
+	if got := time.Duration(ttlSec) * time.Second; got < ttl {
 		return fmt.Errorf("refresh by %v: the etcd lease lasts %v: %w", ttl, got, driver.ErrUnsupported)
 	}
+	ls.mu.Lock()
+	if start.After(ls.renewed) {
+		ls.renewed = start
+	}
+	ls.mu.Unlock()
 	g, err := ls.l.cli.Get(octx, ls.key, clientv3.WithKeysOnly())
 	if err != nil {
 		return err
@@ -158,11 +178,14 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 }
 
 // Release deletes our key if and only if it is still ours (same create
-// revision), then revokes the etcd lease in the background (Close waits
-// for it). A key per lease id means no other owner's key is ever touched.
+// revision), then keeps the etcd lease, alive and without keys, as a spare
+// for the next acquisition (spares.go), or revokes it in the background
+// (Close waits for it) when the delete did not happen or its outcome is
+// unknown. A key per lease id means no other owner's key is ever touched.
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.released = true
+	renewed := ls.renewed
 	ls.mu.Unlock()
 	if ls.stop != nil {
 		ls.stop()
@@ -173,7 +196,11 @@ func (ls *lease) Release(ctx context.Context) error {
 		If(clientv3.Compare(clientv3.CreateRevision(ls.key), "=", ls.rev)).
 		Then(clientv3.OpDelete(ls.key)).
 		Commit()
-	ls.revokeLater()
+	if err == nil && resp.Succeeded && ls.lostErr() == nil {
+		ls.l.spares.put(spare{id: ls.id, ttl: ls.ttl, renewed: renewed})
+		return nil
+	}
+	ls.l.revokeLater(ls.id)
 	if err != nil {
 		return ls.l.wrapErr(ctx, err)
 	}
@@ -181,27 +208,4 @@ func (ls *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("etcd: key %s is gone: %w", ls.key, driver.ErrNotHeld)
 	}
 	return nil
-}
-
-// revokeLater revokes the etcd lease off the release's path: the key is
-// already deleted, the lease only costs the server memory until its TTL.
-func (ls *lease) revokeLater() {
-	revoke := func() {
-		ctx, cancel := cleanupCtx()
-		defer cancel()
-		_, _ = ls.l.cli.Revoke(ctx, ls.id)
-	}
-	ls.l.mu.Lock()
-	if ls.l.closed {
-		// Close is waiting or done: no new background work.
-		ls.l.mu.Unlock()
-		revoke()
-		return
-	}
-	ls.l.wg.Add(1)
-	ls.l.mu.Unlock()
-	go func() {
-		defer ls.l.wg.Done()
-		revoke()
-	}()
 }

@@ -25,8 +25,9 @@ const (
 	MaxTTL = 3650 * 24 * time.Hour
 )
 
-// cleanupTimeout bounds the clean-up (a lease revoke) of a failed or
-// cancelled attempt and the background revoke after a release.
+// cleanupTimeout bounds the clean-up (a key's delete, a lease revoke) of a
+// failed or cancelled attempt, the background revokes and Close's revoke
+// of the spare leases.
 const cleanupTimeout = 5 * time.Second
 
 // OpenLocker returns a Locker that uses cli, a client the caller opened and
@@ -59,9 +60,13 @@ type locker struct {
 	// mu guards closed and the WaitGroup's Add against Close's Wait.
 	mu     sync.Mutex
 	closed bool
-	// wg counts acquisitions in flight, background revokes and lease
-	// watches: Close waits for them before it closes the client.
+	// wg counts acquisitions in flight, background revokes, lease
+	// watches and the spares' renewals: Close waits for them before it
+	// closes the client.
 	wg sync.WaitGroup
+
+	spares  spares  // etcd leases without keys for the next acquisitions
+	renewer renewer // renews leases on one keep-alive stream
 }
 
 var (
@@ -72,6 +77,8 @@ var (
 
 func newLocker(cli *clientv3.Client, own bool, prefix string) *locker {
 	l := &locker{cli: cli, own: own, prefix: prefix}
+	l.spares.l = l
+	l.renewer.l = l
 	l.closing, l.close = context.WithCancel(context.Background())
 	return l
 }
@@ -117,6 +124,7 @@ func (l *locker) Close() error {
 		l.mu.Unlock()
 		l.close()
 		l.wg.Wait()
+		l.spares.drain()
 		if l.own {
 			_ = l.cli.Close()
 		}

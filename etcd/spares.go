@@ -1,0 +1,215 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Spare etcd leases. Every dlock lease lives under an etcd lease of its
+// own, so that a lease nobody refreshes expires on the server after its
+// TTL whatever the Locker's other leases do. Granting that etcd lease on
+// each acquisition and revoking it after each release costs two round
+// trips around the lock's own two (concurrency.Mutex avoids them with one
+// session lease for every lock, which a lease without keep-alive cannot
+// use). So a released etcd lease whose key the release deleted is kept,
+// alive and without keys, as a spare for the next acquisition with the
+// same TTL: the acquisition is then one transaction and the release one.
+//
+// A spare is renewed every third of its TTL while it waits, never while it
+// is in use (a lease's expiry is its holder's business alone), and its
+// last renewal's start is the grant time of the lease that takes it: the
+// server holds it a TTL from then at least. Spares unused for idleFor are
+// revoked; Close revokes the rest.
+type spares struct {
+	l       *locker
+	mu      sync.Mutex
+	free    map[int64][]spare // by TTL in seconds, most recently renewed last
+	running bool              // the renewing goroutine runs
+	wake    chan struct{}
+}
+
+// spare is an etcd lease without keys.
+type spare struct {
+	id       clientv3.LeaseID
+	ttl      int64     // seconds
+	renewed  time.Time // start of its last successful grant or renewal
+	returned time.Time // when it was last given back
+}
+
+// Bounds of the spares: at most maxSpares kept per TTL (the releases of
+// more concurrent leases revoke theirs), each for idleFor without use.
+const (
+	maxSpares = 8
+	idleFor   = 30 * time.Second
+)
+
+func (s *spare) fresh(now time.Time) bool {
+	return now.Sub(s.renewed) < time.Duration(s.ttl)*time.Second/2
+}
+
+// take returns a spare of ttl seconds whose server-side expiry is at
+// least half a TTL away, if there is one.
+func (p *spares) take(ttl int64) (spare, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.free[ttl]
+	now := time.Now()
+	for i := len(list) - 1; i >= 0; i-- {
+		if sp := list[i]; sp.fresh(now) {
+			p.free[ttl] = append(list[:i], list[i+1:]...)
+			return sp, true
+		}
+	}
+	return spare{}, false
+}
+
+// put keeps sp as a spare, or revokes it when there are enough already or
+// the Locker is closing.
+func (p *spares) put(sp spare) {
+	sp.returned = time.Now()
+	p.mu.Lock()
+	if len(p.free[sp.ttl]) >= maxSpares || !sp.fresh(sp.returned) || p.l.isClosed() {
+		p.mu.Unlock()
+		p.l.revokeLater(sp.id)
+		return
+	}
+	if p.free == nil {
+		p.free = make(map[int64][]spare)
+		p.wake = make(chan struct{}, 1)
+	}
+	p.free[sp.ttl] = append(p.free[sp.ttl], sp)
+	start := !p.running
+	p.running = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}: // the renewer recomputes its next wake-up
+	default:
+	}
+	if start && !p.l.background(p.renew) {
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+	}
+}
+
+// renew keeps the spares alive until the Locker closes: it sleeps until
+// the next spare is a third of its TTL old (or idle too long), takes the
+// due ones out (so that no acquisition takes a spare while it is being
+// renewed), renews or revokes them, and puts the renewed ones back.
+func (p *spares) renew() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		var due []spare
+		next := time.Now().Add(time.Hour)
+		p.mu.Lock()
+		now := time.Now()
+		for ttl, list := range p.free {
+			keep := list[:0]
+			for _, sp := range list {
+				at := sp.renewed.Add(time.Duration(sp.ttl) * time.Second / 3)
+				if !at.After(now) || now.Sub(sp.returned) >= idleFor {
+					due = append(due, sp)
+					continue
+				}
+				keep = append(keep, sp)
+				if at.Before(next) {
+					next = at
+				}
+			}
+			p.free[ttl] = keep
+		}
+		p.mu.Unlock()
+		for _, sp := range due {
+			if time.Since(sp.returned) >= idleFor {
+				p.l.revoke(sp.id)
+				continue
+			}
+			if p.l.renewSpare(&sp) {
+				p.mu.Lock()
+				p.free[sp.ttl] = append(p.free[sp.ttl], sp)
+				if at := sp.renewed.Add(time.Duration(sp.ttl) * time.Second / 3); at.Before(next) {
+					next = at
+				}
+				p.mu.Unlock()
+			}
+		}
+		t.Reset(time.Until(next))
+		select {
+		case <-p.l.closing.Done():
+			return
+		case <-t.C:
+		case <-p.wake:
+		}
+	}
+}
+
+// renewSpare renews sp (its renewal time is the request's start); false
+// when the server no longer has it or the renewal failed (then it is
+// revoked: a spare of uncertain life is not worth keeping).
+func (l *locker) renewSpare(sp *spare) bool {
+	ctx, cancel := context.WithTimeout(l.closing, time.Duration(sp.ttl)*time.Second/3)
+	defer cancel()
+	start := time.Now()
+	ttlSec, err := l.renewer.renew(ctx, sp.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return false
+	case err != nil || ttlSec < sp.ttl:
+		l.revokeLater(sp.id)
+		return false
+	}
+	sp.renewed = start
+	return true
+}
+
+// drain revokes every spare (Close).
+func (p *spares) drain() {
+	p.mu.Lock()
+	var all []spare
+	for _, list := range p.free {
+		all = append(all, list...)
+	}
+	clear(p.free)
+	p.mu.Unlock()
+	for _, sp := range all {
+		p.l.revoke(sp.id)
+	}
+}
+
+// revoke revokes an etcd lease with a fresh bounded context.
+func (l *locker) revoke(id clientv3.LeaseID) {
+	ctx, cancel := cleanupCtx()
+	defer cancel()
+	_, _ = l.cli.Revoke(ctx, id)
+}
+
+// revokeLater revokes an etcd lease off the caller's path (Close waits
+// for it; once closed, at once).
+func (l *locker) revokeLater(id clientv3.LeaseID) {
+	if !l.background(func() { l.revoke(id) }) {
+		l.revoke(id)
+	}
+}
+
+// background runs f in a goroutine that Close waits for; false (f not
+// run) once the Locker is closed.
+func (l *locker) background(f func()) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return false
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
