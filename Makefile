@@ -36,10 +36,11 @@ install-backends:
 	scripts/install-backends.sh $(BACKENDS_FLAGS)
 
 # The modules: the library (.), the benchmark (bench/), the
-# fault-injection suite (faults/) and the etcd driver (etcd/, whose client
-# brings grpc), each with its own go.mod so that the library's
+# fault-injection suite (faults/), the etcd driver (etcd/, whose client
+# brings grpc) and the dlock command (cmd/dlock/, which links every driver,
+# etcd's included), each with its own go.mod so that the library's
 # requirements are only the drivers' client libraries.
-MODULES := . bench faults etcd
+MODULES := . bench faults etcd cmd/dlock
 
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done

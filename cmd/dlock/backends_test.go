@@ -39,7 +39,7 @@ type backend struct {
 // default recipe.
 func backends() []backend {
 	var out []backend
-	for _, name := range []string{"redis", "redlock", "zookeeper", "postgres", "mysql"} {
+	for _, name := range []string{"redis", "redlock", "zookeeper", "postgres", "mysql", "etcd"} {
 		kb := backendtest.Lookup(name)
 		if kb.Param != "strategy" {
 			out = append(out, backend{name: name, kit: kb, ttl: 2 * time.Second})

@@ -59,7 +59,7 @@ func TestUsageErrors(t *testing.T) {
 		{"url-file world-readable with a secret parameter", nil, []string{"status", "-url-file", worldSecretParam, "job"}, "(mode 0604)"},
 		{"url-file and a bad DLOCK_URL", []string{"DLOCK_URL=sekrit"}, []string{"run", "-url-file", emptyFile, "job", "--", "true"}, "no URL in it"},
 		{"not a URL", nil, []string{"run", "-url", "localhost:6379", "job", "--", "true"}, "malformed URL"},
-		{"unknown scheme", nil, []string{"run", "-url", "etcd://u:sekrit@127.0.0.1:2379", "job", "--", "true"}, `unknown URL scheme "etcd"`},
+		{"unknown scheme", nil, []string{"run", "-url", "consul://u:sekrit@127.0.0.1:8500", "job", "--", "true"}, `unknown URL scheme "consul"`},
 		{"unknown parameter", nil, []string{"run", "-url", "mem://?password=sekrit&colour=red", "job", "--", "true"}, "unknown URL parameter"},
 		{"bad DLOCK_URL", []string{"DLOCK_URL=nope"}, []string{"run", "job", "--", "true"}, "malformed URL"},
 		{"wait and no-wait", nil, []string{"run", "-url", "mem://", "-wait", "1s", "-no-wait", "job", "--", "true"}, "exclude each other"},

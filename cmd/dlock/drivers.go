@@ -2,6 +2,7 @@ package main
 
 // The backends dlock can use: each registers its URL schemes.
 import (
+	_ "github.com/dlock-go/dlock/etcd"
 	_ "github.com/dlock-go/dlock/memory"
 	_ "github.com/dlock-go/dlock/mysql"
 	_ "github.com/dlock-go/dlock/postgres"

@@ -19,7 +19,7 @@ type exitDoc struct {
 }
 
 const (
-	mdBegin = "<!-- exit statuses: generated from exitStatuses in cmd/dlock/main.go by `go test ./cmd/dlock -run TestExitStatusDocs -update`; the test fails when they differ -->\n"
+	mdBegin = "<!-- exit statuses: generated from exitStatuses in cmd/dlock/main.go by `cd cmd/dlock && go test -run TestExitStatusDocs -update`; the test fails when they differ -->\n"
 	mdEnd   = "<!-- end exit statuses -->"
 )
 
@@ -78,7 +78,7 @@ func TestExitStatusDocs(t *testing.T) {
 			}
 			continue
 		}
-		t.Errorf("%s's exit-status table differs from exitStatuses in main.go; run\n\tgo test ./cmd/dlock -run TestExitStatusDocs -update\ngot:\n%s\nwant:\n%s", d.path, got, want)
+		t.Errorf("%s's exit-status table differs from exitStatuses in main.go; run\n\tcd cmd/dlock && go test -run TestExitStatusDocs -update\ngot:\n%s\nwant:\n%s", d.path, got, want)
 	}
 }
 
