@@ -156,13 +156,16 @@ func TestLockCycle(t *testing.T) {
 	})
 }
 
-// TestWatchWakes checks the driver's Watch directly (no fallback timer
+// TestWatchWakes checks Redlock's Watch directly (no fallback timer
 // behind it): a waiter whose attempt failed after Watch returned is woken
 // by the holder's release, for a fresh name (a new subscription, which
 // Watch must have seen confirmed) and for a name watched before (a
 // lingering subscription).
 func TestWatchWakes(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
+		if !tg.redlock {
+			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
+		}
 		ctx := testCtx(t)
 		w, err := openURL(ctx, tg.url)
 		if err != nil {
@@ -197,11 +200,14 @@ func TestWatchWakes(t *testing.T) {
 	})
 }
 
-// TestWaiterQueue: a failed attempt registers its Locker while it has
+// TestWaiterQueue (Redlock): a failed attempt registers its Locker while it has
 // waiters; a release wakes the two registered longest ago (not every
 // waiter); a Locker whose last waiter leaves drops out of the queue.
 func TestWaiterQueue(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
+		if !tg.redlock {
+			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
+		}
 		ctx := testCtx(t)
 		name := uniqueName(t)
 		k := keysFor(DefaultPrefix, name)
@@ -270,12 +276,7 @@ func TestWaiterQueue(t *testing.T) {
 	})
 }
 
-func hubOf(d driver.Locker) *hub {
-	if r, ok := d.(*redlock); ok {
-		return r.hub
-	}
-	return d.(*locker).hub
-}
+func hubOf(d driver.Locker) *hub { return d.(*redlock).hub }
 
 func TestRevokedLeaseIsLost(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
