@@ -497,12 +497,13 @@ func TestCapabilities(t *testing.T) {
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		url, strategy string
-		fencing       bool
+		fencing, fair bool
+		wait          driver.WaitKind
 	}{
-		{"redis://127.0.0.1:1/0", "set-nx", true},
-		{"rediss://127.0.0.1:1/0", "set-nx", true},
-		{"redis+cluster://127.0.0.1:1,127.0.0.1:2", "cluster", true},
-		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", false},
+		{"redis://127.0.0.1:1/0", "set-nx", true, true, driver.WaitQueue},
+		{"rediss://127.0.0.1:1/0", "set-nx", true, true, driver.WaitQueue},
+		{"redis+cluster://127.0.0.1:1,127.0.0.1:2", "cluster", true, true, driver.WaitQueue},
+		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", false, false, driver.WaitNotify},
 	} {
 		l, err := dlock.Open(ctx, tc.url)
 		if err != nil {
@@ -511,7 +512,7 @@ func TestCapabilities(t *testing.T) {
 		c := l.Capabilities()
 		l.Close()
 		if c.Backend != "redis" || c.Strategy != tc.strategy || c.Fencing != tc.fencing || c.FencingNote == "" ||
-			c.Fair || c.Wait != driver.WaitNotify || c.ReleaseOnCrash != driver.ReleaseAfterTTL || c.TokensSurviveRestart {
+			c.Fair != tc.fair || c.Wait != tc.wait || c.ReleaseOnCrash != driver.ReleaseAfterTTL || c.TokensSurviveRestart {
 			t.Errorf("%s: %+v", tc.url, c)
 		}
 	}
