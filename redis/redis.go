@@ -479,8 +479,8 @@ func waitArgs(dst []any, n *names, value, ttl, pubCmd, channel any) []any {
 	return append(waitScript.args(dst, "4"), n.lockArg, n.fenceArg, n.waitersArg, n.dataArg, value, ttl, pubCmd, channel, waitEntryLifeArg)
 }
 
-// waitOn runs wait.lua: the token when the caller holds the lock, the
-// holder's PTTL when it is queued.
+// waitOn runs wait.lua: granted and the token when the caller holds the
+// lock, not granted when it is queued.
 func waitOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
 	v, err := waitScript.run(ctx, c, args).Result()
 	if err != nil {

@@ -7,8 +7,8 @@
 -- ARGV[5] how long the caller's queue entry lasts unless renewed, in ms
 -- Returns the token when the caller holds the lock (taken now, or granted
 -- earlier while its grant message was lost: then its TTL starts again
--- now), or {pttl} when it is queued (entry added at the back, or renewed
--- in place).
+-- now), or {0} when it is queued (entry added at the back, or renewed in
+-- place).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The lock was free. Queued waiters go first (a holder expired without
   -- a release, or this is a queued waiter's renewal).
@@ -34,4 +34,4 @@ redis.call('ZADD', KEYS[3], 'NX', now * 1000 + tonumber(t[2]) % 1000, ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], string.format('%d', now + tonumber(ARGV[5])) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
 redis.call('PEXPIRE', KEYS[4], ARGV[5])
-return {redis.call('PTTL', KEYS[1])}
+return {0}
