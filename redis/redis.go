@@ -45,8 +45,9 @@ func init() {
 // zero field, means the default.
 type Options struct {
 	// Prefix is prepended to every key and channel the driver uses
-	// (<prefix>{<name>}, <prefix>{<name>}:fence, <prefix>{<name>}:q,
-	// <prefix>{<name>}:rel:<locker id>).
+	// (<prefix>{<name>}, <prefix>{<name>}:fence, the grant queue
+	// <prefix>{<name>}:w and :wd and grant channel <prefix>g:<locker id>,
+	// Redlock's <prefix>{<name>}:q and <prefix>{<name>}:rel:<locker id>).
 	// Default DefaultPrefix, "dlock:". It must not contain '{' or '}'.
 	Prefix string
 	// NodeTimeout bounds each request to one Redlock node (OpenRedlock

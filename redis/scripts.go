@@ -122,7 +122,7 @@ func keysFor(prefix, name string) keys {
 	return keys{lock: k.Lock, fence: k.Fence, queue: k.Queue, channel: k.Channel, waiters: k.Waiters, waiterData: k.WaiterData}
 }
 
-// Waiter registration: a TryAcquire that fails while its Locker has waiters
+// Waiter registration (Redlock): a TryAcquire that fails while its Locker has waiters
 // on the name registers the Locker in the name's queue for regLifetime; a
 // release wakes the wakeCount Lockers registered longest ago. A waiter
 // retries at least every second (the portable layer's longest wait with a
