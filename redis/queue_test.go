@@ -428,3 +428,50 @@ func TestGrantedLeaseStart(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantChannelFlat: one Locker waiting on many names at once has one
+// subscription on the server (its grant channel), not one per name, and
+// each waiter is still granted by its own release.
+func TestGrantChannelFlat(t *testing.T) {
+	ctx := testCtx(t)
+	raw, _, url := serverOfItsOwn(t, ctx)
+	holder, w := open(t, ctx, url), open(t, ctx, url)
+	const n = 300
+	base := uniqueName(t)
+	held := make([]*dlock.Lease, n)
+	got := make(chan error, n)
+	for i := range n {
+		name := base + "/" + strconv.Itoa(i)
+		var err error
+		if held[i], err = holder.TryAcquire(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			ls, err := w.Acquire(ctx, name, nil)
+			if err == nil {
+				err = ls.Release(ctx)
+			}
+			got <- err
+		}()
+	}
+	for i := range n {
+		waitQueued(t, ctx, raw, base+"/"+strconv.Itoa(i), 1)
+	}
+	chs, err := raw.PubSubChannels(ctx, DefaultPrefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chs) != 1 {
+		t.Errorf("one Locker waiting on %d names subscribes %d channels, want 1: %q", n, len(chs), chs[:min(len(chs), 5)])
+	}
+	for _, ls := range held {
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
