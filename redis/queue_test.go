@@ -94,7 +94,7 @@ func grantOrder(t *testing.T, ctx context.Context, raw *goredis.Client, name str
 // granted the lock in that order, one round trip after each release.
 func TestGrantFIFO(t *testing.T) {
 	ctx := testCtx(t)
-	raw, _, url := serverOfItsOwn(t, ctx)
+	raw, d, url := serverOfItsOwn(t, ctx)
 	name := uniqueName(t)
 	holder := open(t, ctx, url)
 	held, err := holder.TryAcquire(ctx, name, nil)
@@ -107,6 +107,9 @@ func TestGrantFIFO(t *testing.T) {
 		ls[i] = open(t, ctx, url)
 	}
 	order, released := grantOrder(t, ctx, raw, name, ls, 0, 2*time.Millisecond, 30*time.Second)
+	if info, err := d.(driver.Inspector).Inspect(ctx, name); err != nil || info.Waiters != n {
+		t.Errorf("Inspect: %+v, %v; want %d waiters", info, err, n)
+	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -254,6 +254,11 @@ func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		info.Owner = ownerOf(value)
 		info.TTL = fromMillis(pttl)
 	}
+	// The grant queue may hold entries of dead waiters that have not
+	// expired yet (for at most 3s).
+	if n, err := l.client.ZCard(ctx, k.waiters).Result(); err == nil {
+		info.Waiters = int(n)
+	}
 	return info, nil
 }
 
