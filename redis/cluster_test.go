@@ -10,7 +10,7 @@ import (
 )
 
 // TestClusterResubscribe: waiters of one Locker on names in different
-// slots of the same masters keep their wake-ups after every pub/sub
+// slots of the same masters keep their grants after every pub/sub
 // connection is killed (CLIENT KILL TYPE pubsub on every master): the
 // sharded subscriptions come back (a resubscription must not cross slots,
 // which the server would refuse with CROSSSLOT), and a release then wakes
@@ -19,7 +19,7 @@ func TestClusterResubscribe(t *testing.T) {
 	c := testenv.NewRedisCluster(t, 3)
 	ctx := testCtx(t)
 	holder, w := open(t, ctx, c.URL), open(t, ctx, c.URL)
-	id := hubOf(w.Driver()).id
+	id := w.Driver().(*locker).grants.id
 	master := func(slot int) *testenv.Server { return c.Nodes[slot*len(c.Nodes)/clusterSlots] }
 
 	// Three names per master, each in its own slot.
@@ -57,12 +57,12 @@ func TestClusterResubscribe(t *testing.T) {
 			}
 		}()
 	}
-	// subscribed reports the names whose wake-up channel is subscribed on
-	// its master.
+	// subscribed reports the names whose slot's grant channel is
+	// subscribed on its master.
 	subscribed := func() int {
 		n := 0
 		for _, name := range names {
-			ch := keysFor(DefaultPrefix, name).channel + ":" + id
+			ch := DefaultPrefix + "{" + slotTag(keySlot(keysFor(DefaultPrefix, name).lock)) + "}g:" + id
 			v, err := testenv.RedisDo(ctx, master(keySlot(ch)).Addr, "PUBSUB", "SHARDNUMSUB", ch)
 			if err != nil {
 				t.Fatal(err)

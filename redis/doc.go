@@ -59,13 +59,17 @@
 // allkeys-* eviction policy, which may evict the counter, is refused. Replication is
 // asynchronous: a failover to a replica that had not received a grant
 // can grant the lock again; check the token at the protected resource.
-// Waiters are not served in strict order (Fair is false): the two
-// registered longest ago are woken by a release and the first to reach
-// the server wins, as may a newcomer. A crashed
-// holder's lock is free after its TTL. Cluster uses SSUBSCRIBE/SPUBLISH
-// on Redis 7 and later, SUBSCRIBE/PUBLISH before.
+// Waiters are served in arrival order (Fair is true) from a FIFO queue on
+// the server (see Waiting below); a TryAcquire, which does not queue, can
+// take a lock whose holder expired without a release before the head
+// waiter's next renewal does. A crashed holder's lock is free after its
+// TTL, and passes to the head waiter within one renewal period after
+// that. Cluster uses SSUBSCRIBE/SPUBLISH on Redis 7 and later,
+// SUBSCRIBE/PUBLISH before.
 //
-// Redlock ("redlock"): a grant needs a quorum of N/2+1 nodes, asked in
+// Redlock ("redlock"): waiters are woken, not granted (a quorum of
+// independent queues has no safe simple design: each node would grant a
+// different waiter); see Waiting. A grant needs a quorum of N/2+1 nodes, asked in
 // parallel with a per-node timeout; its validity is TTL − elapsed −
 // (1% of TTL + 2ms), which is the portable layer's lease deadline
 // measured from the start of the request. A failed attempt takes its key
@@ -118,11 +122,16 @@
 // A lock name is stored in a hash tag, so that in a Cluster its keys and
 // channels share a slot: <prefix>{<name>} holds the owner value with the lease's PX
 // expiry, <prefix>{<name>}:fence the fencing counter (INCR, no expiry: one
-// small key per name ever locked), <prefix>{<name>}:q the queue of
-// Lockers waiting (only while some wait), and <prefix>{<name>}:rel:<id>
-// the channel on which a release wakes the Locker with that id. A '}' in
-// the name is written %7D and a '%' %25, so any UTF-8 name of up to 1024
-// bytes works.
+// small key per name ever locked); on a single server or a Cluster
+// <prefix>{<name>}:w and <prefix>{<name>}:wd, the grant queue (only while
+// some waiter waits), and <prefix>g:<id> the channel on which Locker <id>
+// receives its grants (in a Cluster with sharded pub/sub,
+// <prefix>{<tag>}g:<id>, one per slot, <tag> a short string of the
+// name's slot); with Redlock <prefix>{<name>}:q, the queue of Lockers
+// waiting (only while some wait), and <prefix>{<name>}:rel:<id>, the
+// channel on which a release wakes the Locker with that id. A '}' in the
+// name is written %7D and a '%' %25, so any UTF-8 name of up to 1024 bytes
+// works.
 //
 // The scripts: Acquire is one round trip, a Lua script (EVALSHA, falling back to EVAL
 // after a restart) does SET key value NX PX ttl and, when that succeeds,
@@ -132,15 +141,50 @@
 // Locker (130 bits from crypto/rand, so no two Lockers share it, in one
 // process or across restarts) and a counter, followed by "|" and the
 // AcquireOptions.Owner (reported by Inspect). Refresh (PEXPIRE) and
-// release (DEL, then PUBLISH to the waiters' Lockers) are scripts that act
+// release (hand the lock to the next waiter, or DEL) are scripts that act
 // only if the key still holds the grant's value: a release never frees
 // another owner's lock and a refresh never re-creates an expired one. A
-// free lock costs the acquire script SET and INCR, and the release GET,
-// DEL and an EXISTS of the waiter queue; with no waiter queued, nothing is
-// published.
+// free lock costs the acquire script SET and INCR (a blocking Acquire's
+// also an EXISTS of the grant queue), and the release GET, EXISTS and
+// DEL; with no waiter queued, nothing is published.
 //
-// Waiters are woken by pub/sub, not by polling, and not all at once. An
-// attempt that fails while its Locker has waiters on the name registers
+// # Waiting
+//
+// Single server and Cluster: a server-side FIFO grant queue, so that a
+// release hands the lock over in one round trip. A blocking Acquire's
+// script (wait.lua) takes a free lock, or queues the waiter: its grant
+// value in <prefix>{<name>}:w in arrival order, and in
+// <prefix>{<name>}:wd its entry's expiry (3s), TTL and grant channel. The
+// release script pops the first waiter whose entry has not expired (a
+// dead waiter's is skipped), sets the key to that waiter's value with its
+// TTL, increments the fence and publishes "<token>:<value>" on the
+// waiter's Locker's grant channel: the waiter takes the grant with no
+// request of its own. Each Locker subscribes one channel (one per slot in
+// a Cluster with sharded pub/sub) on a connection of its own, whatever
+// the number of names it waits on: no subscription per name, no sweep
+// over names; a channel nobody waits on is closed after 30s. A waiter
+// renews its entry every quarter of its TTL (between 10ms and 1s) with
+// the same script, which also finds a grant whose message was lost (pub/sub
+// is at most once: a reconnect, a slow subscriber) when the key already
+// holds its value, and takes it, restarting its TTL; and, when the key is
+// gone (a holder expired without a release), hands the lock to the head
+// of the queue, so that a crashed holder's lock passes on within its TTL
+// plus one renewal period, in order. When a subscription connection is
+// re-established, its waiters renew at once. A lease granted by message
+// is counted from the start of the waiter's last request that found it
+// queued (the grant came after it), and refreshed once when that is more
+// than a quarter of the TTL ago. A waiter whose ctx ends runs cancel.lua
+// (in the background, bounded, twice when the first found nothing, as
+// takes back do): it removes the entry or, when a grant reached the
+// waiter meanwhile, releases it to the next waiter; nothing is left
+// behind. A waiter that dies while queued is skipped once its entry
+// expires; granted before that, it holds the lock until its TTL, as a
+// crashed holder does. Every grant, by a release or by wait.lua, increments
+// the fence in the same script. Concurrent waiters of one Locker each
+// have their own entry.
+//
+// Redlock: waiters are woken by pub/sub, not by polling, and not all at
+// once. An attempt that fails while its Locker has waiters on the name registers
 // the Locker in the name's waiter queue, <prefix>{<name>}:q (a sorted set
 // whose entries last 3s unless renewed by the next failed attempt; a
 // Locker whose last waiter leaves removes itself). A release pops the two

@@ -23,13 +23,23 @@ import (
 // driverCycle returns one TryAcquire+Release of the driver on a single
 // server, and its Close.
 func driverCycle(b *testing.B) (cycle func(ctx context.Context, name string) error, srv *testenv.Server, closeFn func()) {
+	return driverCycleOf(b, false)
+}
+
+// driverCycleOf is driverCycle, with the blocking Acquire (driver.Blocker)
+// instead of TryAcquire when blocking is set.
+func driverCycleOf(b *testing.B, blocking bool) (cycle func(ctx context.Context, name string) error, srv *testenv.Server, closeFn func()) {
 	srv = testenv.Redis(b)
 	d, err := openURL(context.Background(), srv.URL)
 	if err != nil {
 		b.Fatal(err)
 	}
+	acquire := d.TryAcquire
+	if blocking {
+		acquire = d.(driver.Blocker).Acquire
+	}
 	cycle = func(ctx context.Context, name string) error {
-		ls, err := d.TryAcquire(ctx, driver.Request{Name: name, TTL: 30 * time.Second})
+		ls, err := acquire(ctx, driver.Request{Name: name, TTL: 30 * time.Second})
 		if err != nil {
 			return err
 		}
@@ -57,24 +67,38 @@ func benchNames(fresh bool, n int) []string {
 func BenchmarkDriver(b *testing.B) {
 	for _, fresh := range []bool{false, true} {
 		b.Run(map[bool]string{false: "same-name", true: "fresh-name"}[fresh], func(b *testing.B) {
-			ctx := context.Background()
-			cycle, _, closeFn := driverCycle(b)
-			defer closeFn()
-			warm := benchNames(fresh, 200)
-			for _, n := range warm {
-				if err := cycle(ctx, n); err != nil {
-					b.Fatal(err)
-				}
-			}
-			names := benchNames(fresh, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				if err := cycle(ctx, names[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchDriver(b, fresh, false)
 		})
+	}
+}
+
+// BenchmarkDriverBlocking is BenchmarkDriver with the blocking Acquire
+// (driver.Blocker, what dlock.Locker.Acquire calls) on a free lock.
+func BenchmarkDriverBlocking(b *testing.B) {
+	for _, fresh := range []bool{false, true} {
+		b.Run(map[bool]string{false: "same-name", true: "fresh-name"}[fresh], func(b *testing.B) {
+			benchDriver(b, fresh, true)
+		})
+	}
+}
+
+func benchDriver(b *testing.B, fresh, blocking bool) {
+	ctx := context.Background()
+	cycle, _, closeFn := driverCycleOf(b, blocking)
+	defer closeFn()
+	warm := benchNames(fresh, 200)
+	for _, n := range warm {
+		if err := cycle(ctx, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	names := benchNames(fresh, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := cycle(ctx, names[i]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -120,7 +120,7 @@ func TestCancelledOnFrozenServer(t *testing.T) {
 			for deadline := time.Now().Add(regLifetime + 2*time.Second); ; time.Sleep(50 * time.Millisecond) {
 				var left []string
 				for i, r := range tg.raw {
-					ks, err := r.Keys(ctx, DefaultPrefix+"*:q").Result()
+					ks, err := r.Keys(ctx, DefaultPrefix+"*:[qw]*").Result()
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -130,7 +130,7 @@ func commandCalls(t *testing.T, ctx context.Context, c *goredis.Client, cmd stri
 // TestReleaseWithoutWaiterDoesNotPublish: a release publishes only when a
 // Locker waits for the name (its registration is in the name's queue): on
 // a server of its own, the PUBLISH count stays still over acquire/release
-// cycles with no waiter, and moves when one waits.
+// cycles with no waiter, and moves by one (the grant) when one waits.
 func TestReleaseWithoutWaiterDoesNotPublish(t *testing.T) {
 	ctx := testCtx(t)
 	raw, d, url := serverOfItsOwn(t, ctx)
@@ -150,7 +150,7 @@ func TestReleaseWithoutWaiterDoesNotPublish(t *testing.T) {
 		t.Errorf("10 releases with no waiter published %d times", n)
 	}
 
-	// A waiter: another Locker watches and fails an attempt.
+	// A waiter: another Locker's blocking Acquire queues behind the holder.
 	held, err := d.TryAcquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -160,25 +160,32 @@ func TestReleaseWithoutWaiterDoesNotPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := w.TryAcquire(ctx, req); err == nil {
-		t.Fatal("a held lock was granted")
+	got := make(chan error, 1)
+	go func() {
+		ls, err := w.(driver.Blocker).Acquire(ctx, req)
+		if err == nil {
+			err = ls.Release(ctx)
+		}
+		got <- err
+	}()
+	k := keysFor(DefaultPrefix, name)
+	for raw.Exists(ctx, k.waiters).Val() == 0 {
+		time.Sleep(time.Millisecond)
 	}
 	before = commandCalls(t, ctx, raw, "publish")
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := commandCalls(t, ctx, raw, "publish") - before; n != 1 {
-		t.Errorf("a release with one waiting Locker published %d times, want 1", n)
+		t.Errorf("a release with one waiter published %d times, want 1", n)
 	}
 	select {
-	case <-wake:
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
 	case <-ctx.Done():
-		t.Fatal("the waiter was not woken")
+		t.Fatal("the waiter was not granted")
 	}
 }
 

@@ -9,13 +9,16 @@ import (
 )
 
 // names is what the driver derives from a lock name: its keys (as
-// internal/layout lays them out), this Locker's wake-up channel for it, and
-// the keys boxed once as command arguments. It is immutable once made.
+// internal/layout lays them out), and the keys it sends boxed once as
+// command arguments; for Redlock also this Locker's wake-up channel for
+// it. It is immutable once made.
 type names struct {
 	name string
 	keys
-	wake                                 string // this Locker's wake-up channel: <channel>:<hub id>
-	lockArg, fenceArg, queueArg, chanArg any
+	wake                string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
+	lockArg, fenceArg   any
+	queueArg, chanArg   any // Redlock: the waiter registry and the release channel prefix
+	waitersArg, dataArg any // single server and Cluster: the grant queue
 }
 
 // nameCache keeps the names of the lock names a Locker used lately, so that
@@ -25,13 +28,16 @@ type names struct {
 // that cycles through more names than slots pays for deriving them, no
 // more.
 type nameCache struct {
-	prefix, hubID string
+	prefix, hubID string // hubID: Redlock's, "" for the grant queue
 	seed          maphash.Seed
 	slots         [nameSlots]atomic.Pointer[names]
 }
 
 const nameSlots = 1024 // a power of two
 
+// newNameCache returns the cache of a Redlock Locker whose hub is hubID,
+// or, with hubID "", of a single server or Cluster Locker (which boxes
+// only the keys its scripts take).
 func newNameCache(prefix, hubID string) *nameCache {
 	return &nameCache{prefix: prefix, hubID: hubID, seed: maphash.MakeSeed()}
 }
@@ -42,8 +48,13 @@ func (c *nameCache) get(name string) *names {
 		return n
 	}
 	k := keysFor(c.prefix, name)
-	n := &names{name: name, keys: k, wake: k.channel + ":" + c.hubID,
-		lockArg: k.lock, fenceArg: k.fence, queueArg: k.queue, chanArg: k.channel}
+	n := &names{name: name, keys: k, lockArg: k.lock, fenceArg: k.fence}
+	if c.hubID != "" {
+		n.wake = k.channel + ":" + c.hubID
+		n.queueArg, n.chanArg = k.queue, k.channel
+	} else {
+		n.waitersArg, n.dataArg = k.waiters, k.waiterData
+	}
 	slot.Store(n)
 	return n
 }

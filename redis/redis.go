@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,8 +45,9 @@ func init() {
 // zero field, means the default.
 type Options struct {
 	// Prefix is prepended to every key and channel the driver uses
-	// (<prefix>{<name>}, <prefix>{<name>}:fence, <prefix>{<name>}:q,
-	// <prefix>{<name>}:rel:<locker id>).
+	// (<prefix>{<name>}, <prefix>{<name>}:fence, the grant queue
+	// <prefix>{<name>}:w and :wd and grant channel <prefix>g:<locker id>,
+	// Redlock's <prefix>{<name>}:q and <prefix>{<name>}:rel:<locker id>).
 	// Default DefaultPrefix, "dlock:". It must not contain '{' or '}'.
 	Prefix string
 	// NodeTimeout bounds each request to one Redlock node (OpenRedlock
@@ -101,7 +101,9 @@ type locker struct {
 	owned   bool // opened from a URL: Close closes it
 	prefix  string
 	cluster *goredis.ClusterClient // nil for a single server
-	hub     *hub
+	grants  *grantHub
+	gch     string // the grant channel, but per slot in a Cluster with sharded pub/sub
+	gchArg  any    // gch, boxed
 	names   *nameCache
 	values  *grantValues
 	ttl     ttlArg
@@ -113,25 +115,22 @@ type locker struct {
 
 var (
 	_ driver.Locker    = (*locker)(nil)
-	_ driver.Watcher   = (*locker)(nil)
+	_ driver.Blocker   = (*locker)(nil)
 	_ driver.Inspector = (*locker)(nil)
 )
 
 func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locker {
 	l := &locker{client: client, owned: owned, prefix: prefix, values: newGrantValues()}
-	unregister := func(ctx context.Context, k keys, id string) { client.ZRem(ctx, k.queue, id) }
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		l.cluster = cc
-		l.hub = newHub(l.routeCluster, l.openCluster, unregister)
+		l.grants = newGrantHub(l.openCluster)
 	} else {
 		l.pubCmd = "PUBLISH"
-		l.hub = newHub(
-			func(context.Context, string) ([]string, error) { return []string{""}, nil },
-			func(string) (*goredis.PubSub, bool) { return client.Subscribe(context.Background()), false },
-			unregister,
-		)
+		l.grants = newGrantHub(func(string) (*goredis.PubSub, bool) { return client.Subscribe(context.Background()), false })
 	}
-	l.names = newNameCache(prefix, l.hub.id)
+	l.gch = prefix + "g:" + l.grants.id
+	l.gchArg = l.gch
+	l.names = newNameCache(prefix, "")
 	return l
 }
 
@@ -161,29 +160,23 @@ func (l *locker) publishCommand(ctx context.Context) (any, error) {
 	return cmd, nil
 }
 
-// routeCluster puts a channel on the pub/sub connection of its slot
-// (sharded pub/sub), or on one connection for all channels (classic
-// pub/sub, which a Cluster broadcasts to every node). One connection per
-// slot, not per master: go-redis re-sends every channel of a connection in
-// one SSUBSCRIBE when it reconnects, which the server refuses (CROSSSLOT)
-// when the channels hash to different slots, and every wake-up of that
-// connection would be lost for good.
-func (l *locker) routeCluster(ctx context.Context, channel string) ([]string, error) {
-	cmd, err := l.publishCommand(ctx)
-	if err != nil {
-		return nil, err
+// grantChannel returns this Locker's grant channel for the name n: one
+// for every name, or one per slot in a Cluster with sharded pub/sub, where
+// a script may only SPUBLISH to a channel of its own slot (the channel's
+// hash tag is one of that slot). pubCmd is publishCommand's.
+func (l *locker) grantChannel(n *names, pubCmd any) string {
+	if pubCmd != "SPUBLISH" {
+		return l.gch
 	}
-	if cmd == "PUBLISH" {
-		return []string{"p"}, nil
-	}
-	return []string{"s" + strconv.Itoa(keySlot(channel))}, nil
+	return l.prefix + "{" + slotTag(keySlot(n.lock)) + "}g:" + l.grants.id
 }
 
-// openCluster opens the pub/sub connection of a routeCluster key. The
-// ClusterClient connects a sharded PubSub to the master that owns its
-// first channel's slot, and reconnects it there.
-func (l *locker) openCluster(key string) (*goredis.PubSub, bool) {
-	if strings.HasPrefix(key, "s") {
+// openCluster opens the pub/sub connection of a grant channel: sharded
+// when the channel has a hash tag (the ClusterClient connects a sharded
+// PubSub to the master that owns its first channel's slot, and
+// reconnects it there).
+func (l *locker) openCluster(channel string) (*goredis.PubSub, bool) {
+	if strings.Contains(channel, "{") {
 		return l.cluster.SSubscribe(context.Background()), true
 	}
 	return l.cluster.Subscribe(context.Background()), false
@@ -196,22 +189,22 @@ func (l *locker) Capabilities() driver.Capabilities {
 		Fencing:              true,
 		FencingNote:          "per-name INCR counter bumped by the acquire script; it never expires, is kept across restarts only when the server persists every write (appendonly, appendfsync always); servers with an allkeys-* eviction policy, which could evict it, are refused",
 		TokensSurviveRestart: false,
-		Fair:                 false,
-		Wait:                 driver.WaitNotify,
+		Fair:                 true,
+		Wait:                 driver.WaitQueue,
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
 		MinTTL:               dlock.MinTTL,
 		MaxTTL:               MaxTTL,
-		Notes:                "SET NX PX + Lua (EVALSHA); a release wakes by pub/sub the two Lockers queued longest (roughly in turn, not strictly fair); a failover to an asynchronous replica can lose a lock",
+		Notes:                "SET NX PX + Lua (EVALSHA); a server-side FIFO queue: the release script hands the lock to the next live waiter and publishes the grant (one round trip from release to the next holder); a failover to an asynchronous replica can lose a lock",
 	}
 	if l.cluster != nil {
 		c.Strategy = "cluster"
-		c.Notes = "SET NX PX + Lua (EVALSHA), keys hash-tagged to one slot; a release wakes by sharded pub/sub (SPUBLISH) the two Lockers queued longest (roughly in turn, not strictly fair); a failover to an asynchronous replica can lose a lock"
+		c.Notes = "SET NX PX + Lua (EVALSHA), keys hash-tagged to one slot; a server-side FIFO queue: the release script hands the lock to the next live waiter and publishes the grant by sharded pub/sub (SPUBLISH, one channel per Locker and slot); a failover to an asynchronous replica can lose a lock"
 	}
 	return c
 }
 
 func (l *locker) Close() error {
-	err := l.hub.close()
+	err := l.grants.close()
 	if l.owned {
 		if cerr := l.client.Close(); cerr != nil && !errors.Is(cerr, goredis.ErrClosed) {
 			err = errors.Join(err, cerr)
@@ -223,10 +216,6 @@ func (l *locker) Close() error {
 	return nil
 }
 
-func (l *locker) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return l.hub.watch(ctx, l.names.get(name))
-}
-
 func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
 	n := l.names.get(req.Name)
 	if err := l.checkLock(ctx, n.keys); err != nil {
@@ -236,31 +225,14 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 	// the attempt and the release use.
 	ls := &lease{l: l, n: n, value: l.values.next(req.Owner)}
 	ls.valueArg = ls.value
-	reg := l.hub.registration(n)
-	granted, v, err := acquireOn(ctx, l.client, acquireArgs(ls.args[:], n, ls.valueArg, l.ttl.get(req.TTL), reg))
-	l.hub.registered(n, reg, granted, err)
+	granted, v, err := acquireOn(ctx, l.client, acquireArgs(ls.args[:], n, ls.valueArg, l.ttl.get(req.TTL), registration{}))
 	if err != nil {
 		// The script may have run with its reply lost: take back what it
 		// may have set, so that nothing of the attempt blocks others. In
 		// the background: a cancelled caller returns when its ctx ends,
 		// not when a hung server lets the clean-up finish (Close waits
 		// for it).
-		done := l.hub.cleanup(func() {
-			cctx, cancel := cleanupContext(ctx)
-			defer cancel()
-			cmd, cerr := l.publishCommand(cctx)
-			if cerr != nil {
-				return
-			}
-			takeBack(cctx, func(ctx context.Context) bool {
-				ok, err := releaseOn(ctx, l.client, releaseArgs(ls.args[:], n, ls.valueArg, cmd))
-				return ok || err != nil
-			})
-		})
-		select {
-		case <-done:
-		case <-ctx.Done():
-		}
+		l.takeBack(ctx, ls, releaseScript)
 		return nil, err
 	}
 	if !granted {
@@ -282,23 +254,164 @@ func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		info.Owner = ownerOf(value)
 		info.TTL = fromMillis(pttl)
 	}
+	// The grant queue may hold entries of dead waiters that have not
+	// expired yet (for at most 3s).
+	if n, err := l.client.ZCard(ctx, k.waiters).Result(); err == nil {
+		info.Waiters = int(n)
+	}
 	return info, nil
+}
+
+// takeBack undoes, in the background, what a failed or cancelled attempt
+// may have left (its reply may be lost): handover.lua for a TryAcquire
+// (pass releaseScript), cancel.lua for a blocking Acquire (its queue
+// entry, and a grant that reached it). It returns when the clean-up is
+// done or ctx ends: a cancelled caller does not wait for a hung server
+// (Close waits for the clean-up).
+func (l *locker) takeBack(ctx context.Context, ls *lease, s *script) {
+	done := l.grants.cleanup(func() {
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		cmd, cerr := l.publishCommand(cctx)
+		if cerr != nil {
+			return
+		}
+		if s == releaseScript {
+			s = handoverScript
+		}
+		takeBack(cctx, func(ctx context.Context) bool {
+			r, err := s.run(ctx, l.client, handoverArgs(ls.args[:], s, ls.n, ls.valueArg, cmd)).Int64()
+			return r == 1 || err != nil
+		})
+	})
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// Acquire waits in the name's FIFO grant queue (see doc.go). Its first
+// request takes a free lock, or queues the waiter; the waiter then
+// receives its grant from the releasing script's message (no request of
+// its own), and renews its entry every renewEvery(TTL), which also takes
+// a grant whose message was lost.
+func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	n := l.names.get(req.Name)
+	if err := l.checkLock(ctx, n.keys); err != nil {
+		return nil, err
+	}
+	cmd, err := l.publishCommand(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ls := &lease{l: l, n: n, value: l.values.next(req.Owner)}
+	ls.valueArg = ls.value
+	ttl := l.ttl.get(req.TTL)
+	channel, chArg := l.gch, l.gchArg
+	if l.cluster != nil {
+		channel = l.grantChannel(n, cmd)
+		chArg = channel
+	}
+	start := time.Now()
+	granted, v, err := waitOn(ctx, l.client, waitArgs(ls.args[:], n, ls.valueArg, ttl, cmd, chArg))
+	if err != nil {
+		l.takeBack(ctx, ls, cancelScript)
+		return nil, err
+	}
+	if granted {
+		ls.token, ls.grantedAt = uint64(v), start
+		return ls, nil
+	}
+	w, ready, ok := l.grants.add(ls.value, channel)
+	if !ok {
+		l.takeBack(ctx, ls, cancelScript)
+		return nil, fmt.Errorf("redis: acquire: %w", driver.ErrClosed)
+	}
+	defer l.grants.remove(w)
+	// safe is the start of the last request that found the waiter queued:
+	// a grant came after it, so a lease counted from it ends no later than
+	// on the server.
+	safe := start
+	every := renewEvery(req.TTL)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case token := <-w.grant:
+			ls.token, ls.grantedAt = token, safe
+			if time.Since(safe) <= req.TTL/4 {
+				return ls, nil
+			}
+			// Waited long since the last renewal: refresh once, so that
+			// the lease is not counted from long ago.
+			s := time.Now()
+			err := refreshOn(ctx, l.client, n, ls.valueArg, ttl)
+			if err == nil {
+				ls.grantedAt = s
+				return ls, nil
+			}
+			if !errors.Is(err, driver.ErrNotHeld) {
+				if ctx.Err() != nil {
+					l.takeBack(ctx, ls, cancelScript)
+					return nil, ctx.Err()
+				}
+				return ls, nil // counted from safe, which holds
+			}
+			// The grant is gone already (it expired): queue again.
+		case <-ready:
+			ready = nil
+		case <-w.kick:
+		case <-t.C:
+		case <-ctx.Done():
+			l.takeBack(ctx, ls, cancelScript)
+			return nil, ctx.Err()
+		}
+		s := time.Now()
+		granted, v, err := waitOn(ctx, l.client, waitArgs(ls.args[:], n, ls.valueArg, ttl, cmd, chArg))
+		if err != nil {
+			l.takeBack(ctx, ls, cancelScript)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if granted {
+			ls.token, ls.grantedAt = uint64(v), s
+			return ls, nil
+		}
+		safe = s
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(every)
+	}
 }
 
 // lease is one grant on a single server or a Cluster.
 type lease struct {
-	l        *locker
-	n        *names
-	value    string
-	valueArg any // value, boxed
-	token    uint64
+	l         *locker
+	n         *names
+	value     string
+	valueArg  any // value, boxed
+	token     uint64
+	grantedAt time.Time // a blocking Acquire's (see driver.Granted); zero for TryAcquire
 	// args is the argument list of the acquire, then of the release
 	// (which runs once, after the acquire returned).
-	args [max(acquireArgc, releaseArgc)]any
+	args [max(acquireArgc, waitArgc, handoverArgc)]any
 }
+
+var _ driver.Granted = (*lease)(nil)
 
 func (ls *lease) Token() uint64         { return ls.token }
 func (ls *lease) Lost() <-chan struct{} { return nil }
+
+// GrantedAt is the start of the request that took the lock, or of the
+// last one that found the waiter queued before its grant arrived (zero
+// for TryAcquire: its request's start).
+func (ls *lease) GrantedAt() time.Time { return ls.grantedAt }
 
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return refreshOn(ctx, ls.l.client, ls.n, ls.valueArg, ls.l.ttl.get(ttl))
@@ -309,11 +422,11 @@ func (ls *lease) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ok, err := releaseOn(ctx, ls.l.client, releaseArgs(ls.args[:], ls.n, ls.valueArg, cmd))
+	r, err := handoverScript.run(ctx, ls.l.client, handoverArgs(ls.args[:], handoverScript, ls.n, ls.valueArg, cmd)).Int64()
 	if err != nil {
-		return err
+		return fmt.Errorf("redis: release: %w", err)
 	}
-	if !ok {
+	if r != 1 {
 		return fmt.Errorf("redis: release: %w", driver.ErrNotHeld)
 	}
 	return nil
@@ -328,7 +441,13 @@ func acquireArgs(dst []any, n *names, value, ttl any, reg registration) []any {
 			last = "1"
 		}
 	}
-	return append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, n.queueArg, value, ttl, id, regLifetimeArg, last)
+	q := n.queueArg
+	if q == nil {
+		// A single server or Cluster: no registration (reg is empty), so
+		// the key is not touched; any key of the name's slot will do.
+		q = n.waitersArg
+	}
+	return append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, q, value, ttl, id, regLifetimeArg, last)
 }
 
 // acquireOn runs acquire.lua on one client with the list of acquireArgs.
@@ -359,6 +478,31 @@ func refreshOn(ctx context.Context, c doer, n *names, value, ttl any) error {
 		return fmt.Errorf("redis: refresh: %w", driver.ErrNotHeld)
 	}
 	return nil
+}
+
+// waitArgs makes wait.lua's argument list in dst.
+func waitArgs(dst []any, n *names, value, ttl, pubCmd, channel any) []any {
+	return append(waitScript.args(dst, "4"), n.lockArg, n.fenceArg, n.waitersArg, n.dataArg, value, ttl, pubCmd, channel, waitEntryLifeArg)
+}
+
+// waitOn runs wait.lua: granted and the token when the caller holds the
+// lock, not granted when it is queued.
+func waitOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
+	v, err := waitScript.run(ctx, c, args).Result()
+	if err != nil {
+		return false, 0, fmt.Errorf("redis: acquire: %w", err)
+	}
+	granted, n, ok := acquireReply(v)
+	if !ok {
+		return false, 0, fmt.Errorf("redis: acquire: unexpected reply %v", v)
+	}
+	return granted, n, nil
+}
+
+// handoverArgs makes the argument list of handover.lua or cancel.lua (s)
+// in dst.
+func handoverArgs(dst []any, s *script, n *names, value, pubCmd any) []any {
+	return append(s.args(dst, "4"), n.lockArg, n.fenceArg, n.waitersArg, n.dataArg, value, pubCmd)
 }
 
 // releaseArgs makes release.lua's argument list in dst. pubCmd is the

@@ -156,13 +156,16 @@ func TestLockCycle(t *testing.T) {
 	})
 }
 
-// TestWatchWakes checks the driver's Watch directly (no fallback timer
+// TestWatchWakes checks Redlock's Watch directly (no fallback timer
 // behind it): a waiter whose attempt failed after Watch returned is woken
 // by the holder's release, for a fresh name (a new subscription, which
 // Watch must have seen confirmed) and for a name watched before (a
 // lingering subscription).
 func TestWatchWakes(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
+		if !tg.redlock {
+			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
+		}
 		ctx := testCtx(t)
 		w, err := openURL(ctx, tg.url)
 		if err != nil {
@@ -197,11 +200,14 @@ func TestWatchWakes(t *testing.T) {
 	})
 }
 
-// TestWaiterQueue: a failed attempt registers its Locker while it has
+// TestWaiterQueue (Redlock): a failed attempt registers its Locker while it has
 // waiters; a release wakes the two registered longest ago (not every
 // waiter); a Locker whose last waiter leaves drops out of the queue.
 func TestWaiterQueue(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
+		if !tg.redlock {
+			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
+		}
 		ctx := testCtx(t)
 		name := uniqueName(t)
 		k := keysFor(DefaultPrefix, name)
@@ -270,12 +276,7 @@ func TestWaiterQueue(t *testing.T) {
 	})
 }
 
-func hubOf(d driver.Locker) *hub {
-	if r, ok := d.(*redlock); ok {
-		return r.hub
-	}
-	return d.(*locker).hub
-}
+func hubOf(d driver.Locker) *hub { return d.(*redlock).hub }
 
 func TestRevokedLeaseIsLost(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
@@ -496,12 +497,13 @@ func TestCapabilities(t *testing.T) {
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		url, strategy string
-		fencing       bool
+		fencing, fair bool
+		wait          driver.WaitKind
 	}{
-		{"redis://127.0.0.1:1/0", "set-nx", true},
-		{"rediss://127.0.0.1:1/0", "set-nx", true},
-		{"redis+cluster://127.0.0.1:1,127.0.0.1:2", "cluster", true},
-		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", false},
+		{"redis://127.0.0.1:1/0", "set-nx", true, true, driver.WaitQueue},
+		{"rediss://127.0.0.1:1/0", "set-nx", true, true, driver.WaitQueue},
+		{"redis+cluster://127.0.0.1:1,127.0.0.1:2", "cluster", true, true, driver.WaitQueue},
+		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", false, false, driver.WaitNotify},
 	} {
 		l, err := dlock.Open(ctx, tc.url)
 		if err != nil {
@@ -510,7 +512,7 @@ func TestCapabilities(t *testing.T) {
 		c := l.Capabilities()
 		l.Close()
 		if c.Backend != "redis" || c.Strategy != tc.strategy || c.Fencing != tc.fencing || c.FencingNote == "" ||
-			c.Fair || c.Wait != driver.WaitNotify || c.ReleaseOnCrash != driver.ReleaseAfterTTL || c.TokensSurviveRestart {
+			c.Fair != tc.fair || c.Wait != tc.wait || c.ReleaseOnCrash != driver.ReleaseAfterTTL || c.TokensSurviveRestart {
 			t.Errorf("%s: %+v", tc.url, c)
 		}
 	}

@@ -24,11 +24,26 @@ var (
 	releaseLua string
 	//go:embed inspect.lua
 	inspectLua string
+	//go:embed grant.lua
+	grantLua string
+	//go:embed wait.lua
+	waitLua string
+	//go:embed handover.lua
+	handoverLua string
+	//go:embed cancel.lua
+	cancelLua string
 
 	acquireScript = newScript(acquireLua)
 	refreshScript = newScript(refreshLua)
 	releaseScript = newScript(releaseLua)
 	inspectScript = goredis.NewScript(inspectLua)
+
+	// The FIFO grant queue of a single server or a Cluster (Redlock keeps
+	// acquire.lua and release.lua): each script starts with grant.lua's
+	// grantNext.
+	waitScript     = newScript(grantLua + waitLua)
+	handoverScript = newScript(grantLua + handoverLua)
+	cancelScript   = newScript(grantLua + cancelLua)
 )
 
 // script is a Lua script run by EVALSHA through Do, on an argument list
@@ -73,22 +88,41 @@ func (s *script) run(ctx context.Context, c doer, args []any) *goredis.Cmd {
 
 // Argument lists of the scripts, which the driver keeps in its leases.
 const (
-	acquireArgc = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments
-	releaseArgc = 10 // evalsha, digest, numkeys, 2 keys, 5 arguments
-	refreshArgc = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
+	acquireArgc  = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments
+	releaseArgc  = 10 // evalsha, digest, numkeys, 2 keys, 5 arguments
+	refreshArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
+	waitArgc     = 12 // evalsha, digest, numkeys, 4 keys, 5 arguments
+	handoverArgc = 9  // evalsha, digest, numkeys, 4 keys, 2 arguments (cancel.lua too)
 )
+
+// The grant queue's timings: a waiter renews its entry every
+// renewEvery(ttl), at most every second, and an entry lasts waitEntryLife
+// unless renewed, so that a dead waiter's entry is skipped (and the queue
+// keys vanish) within seconds.
+const waitEntryLife = 3 * time.Second
+
+var waitEntryLifeArg any = millis(waitEntryLife)
+
+// renewEvery is how often a waiter renews its queue entry (which also
+// takes a grant whose message was lost, and a lock whose holder expired
+// without a release): a quarter of the TTL, between 10ms and 1s. A grant
+// that reaches a waiter by a message is then at most a quarter of the TTL
+// after the waiter's last renewal, from whose start its lease is counted.
+func renewEvery(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, 10*time.Millisecond), time.Second)
+}
 
 // keys are the Redis keys and channels of one lock name, as layout.Redis
 // describes them: the layout is written once, in internal/layout, which
 // the test hooks that reach behind a holder's back use too.
-type keys struct{ lock, fence, queue, channel string }
+type keys struct{ lock, fence, queue, channel, waiters, waiterData string }
 
 func keysFor(prefix, name string) keys {
 	k := layout.RedisKeys(prefix, name)
-	return keys{lock: k.Lock, fence: k.Fence, queue: k.Queue, channel: k.Channel}
+	return keys{lock: k.Lock, fence: k.Fence, queue: k.Queue, channel: k.Channel, waiters: k.Waiters, waiterData: k.WaiterData}
 }
 
-// Waiter registration: a TryAcquire that fails while its Locker has waiters
+// Waiter registration (Redlock): a TryAcquire that fails while its Locker has waiters
 // on the name registers the Locker in the name's queue for regLifetime; a
 // release wakes the wakeCount Lockers registered longest ago. A waiter
 // retries at least every second (the portable layer's longest wait with a

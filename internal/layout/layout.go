@@ -18,21 +18,36 @@ import (
 type Redis struct {
 	Lock    string // <prefix>{<name>}: the owner value, with the lease's PX
 	Fence   string // <prefix>{<name>}:fence: the INCR fencing counter, never expires
-	Queue   string // <prefix>{<name>}:q: Lockers with waiters, by registration expiry
-	Channel string // <prefix>{<name>}:rel: Locker L is woken on <channel>:L
+	Queue   string // <prefix>{<name>}:q: Redlock: Lockers with waiters, by registration expiry
+	Channel string // <prefix>{<name>}:rel: Redlock: Locker L is woken on <channel>:L
+	// Single server and Cluster: the FIFO grant queue, only while some
+	// waiter waits.
+	Waiters    string // <prefix>{<name>}:w: waiters' grant values by arrival
+	WaiterData string // <prefix>{<name>}:wd: per value, "<expiry ms> <ttl ms> <channel>"
 }
 
-// RedisKeys returns the keys of name under prefix. The four strings share
-// one allocation (each is a slice of it): a driver derives them on every
+// RedisKeys returns the keys of name under prefix. The strings share one
+// allocation (each is a slice of it): a driver derives them on every
 // acquire of a name it has not seen lately.
 func RedisKeys(prefix, name string) Redis {
 	tag := RedisTag(name)
-	const fence, queue, channel = ":fence", ":q", ":rel"
-	s := prefix + "{" + tag + "}" + fence + prefix + "{" + tag + "}" + queue + prefix + "{" + tag + "}" + channel
-	n := len(prefix) + len(tag) + 2 // the lock key
-	q := n + len(fence)             // where the queue key starts
-	c := q + n + len(queue)         // where the channel starts
-	return Redis{Lock: s[:n], Fence: s[:q], Queue: s[q:c], Channel: s[c:]}
+	lock := prefix + "{" + tag + "}"
+	const fence, queue, channel, waiters, data = ":fence", ":q", ":rel", ":w", ":wd"
+	s := lock + fence + lock + queue + lock + channel + lock + waiters + lock + data
+	n := len(lock)
+	var k Redis
+	k.Lock, k.Fence = s[:n], s[:n+len(fence)]
+	i := n + len(fence)
+	next := func(suffix string) string {
+		v := s[i : i+n+len(suffix)]
+		i += n + len(suffix)
+		return v
+	}
+	k.Queue = next(queue)
+	k.Channel = next(channel)
+	k.Waiters = next(waiters)
+	k.WaiterData = next(data)
+	return k
 }
 
 // RedisTag makes a name safe inside a hash tag. A hash tag ends at the

@@ -74,14 +74,15 @@ func FuzzZooKeeperName(f *testing.F) {
 // TestRedisKeys: one hash tag per name, holding the whole name, one-to-one.
 func TestRedisKeys(t *testing.T) {
 	k := RedisKeys("dlock:", "orders/42")
-	if k.Lock != "dlock:{orders/42}" || k.Fence != k.Lock+":fence" || k.Queue != k.Lock+":q" || k.Channel != k.Lock+":rel" {
+	if k.Lock != "dlock:{orders/42}" || k.Fence != k.Lock+":fence" || k.Queue != k.Lock+":q" || k.Channel != k.Lock+":rel" ||
+		k.Waiters != k.Lock+":w" || k.WaiterData != k.Lock+":wd" {
 		t.Errorf("RedisKeys = %+v", k)
 	}
 	seen := map[string]string{}
 	for _, name := range TrickyNames {
 		k := RedisKeys("p:", name)
 		lock := k.Lock
-		if k.Fence != lock+":fence" || k.Queue != lock+":q" || k.Channel != lock+":rel" {
+		if k.Fence != lock+":fence" || k.Queue != lock+":q" || k.Channel != lock+":rel" || k.Waiters != lock+":w" || k.WaiterData != lock+":wd" {
 			t.Errorf("RedisKeys(%q) = %+v: the keys are not the lock key and their suffixes", name, k)
 		}
 		tag, ok := strings.CutPrefix(lock, "p:{")

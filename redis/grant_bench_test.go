@@ -1,0 +1,175 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/stats"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// BenchmarkGrantCost measures what a contended grant costs the server: w
+// goroutines acquire one name and release it at once, in a loop, on w
+// Lockers ("lockers") or all on one ("one-locker"), on a server of the
+// benchmark's own. Metrics, from INFO commandstats before and after:
+// scripts/grant (EVALSHA and EVAL calls per grant, i.e. requests that run
+// a script), cmds/grant (every command the server ran, the scripts' own
+// redis.call included, INFO excluded), and grants/s. Target: at most 3
+// server requests per grant with 64 waiters on one Locker.
+func BenchmarkGrantCost(b *testing.B) {
+	for _, w := range []int{8, 64} {
+		for _, one := range []bool{false, true} {
+			b.Run(fmt.Sprintf("waiters=%d/%s", w, map[bool]string{false: "lockers", true: "one-locker"}[one]), func(b *testing.B) {
+				benchGrantCost(b, w, one)
+			})
+		}
+	}
+}
+
+func benchGrantCost(b *testing.B, waiters int, oneLocker bool) {
+	ctx := context.Background()
+	srv := testenv.NewRedis(b, nil)
+	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr, DisableIdentity: true})
+	defer raw.Close()
+	ls := make([]*dlock.Locker, waiters)
+	for i := range ls {
+		if oneLocker && i > 0 {
+			ls[i] = ls[0]
+			continue
+		}
+		l, err := dlock.Open(ctx, srv.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		ls[i] = l
+	}
+	name := "bench/grant/" + rand.Text()
+	// Warm: every Locker has waited once (its subscriptions are made).
+	var wg sync.WaitGroup
+	var grants atomic.Int64
+	run := func(n int64) {
+		grants.Store(0)
+		for _, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for grants.Add(1) <= n {
+					lease, err := l.Acquire(ctx, name, &dlock.AcquireOptions{TTL: 30 * time.Second})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := lease.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	run(int64(4 * waiters))
+	before := commandStats(b, ctx, raw)
+	b.ResetTimer()
+	t0 := time.Now()
+	run(int64(b.N))
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	after := commandStats(b, ctx, raw)
+	var scripts, all int64
+	for cmd, n := range after {
+		d := n - before[cmd]
+		if cmd == "info" {
+			continue
+		}
+		all += d
+		if cmd == "evalsha" || cmd == "eval" {
+			scripts += d
+		}
+	}
+	b.ReportMetric(float64(scripts)/float64(b.N), "scripts/grant")
+	b.ReportMetric(float64(all)/float64(b.N), "cmds/grant")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "grants/s")
+}
+
+// commandStats returns the calls of every command from INFO commandstats.
+func commandStats(b *testing.B, ctx context.Context, c *goredis.Client) map[string]int64 {
+	b.Helper()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		cmd, stats, _ := strings.Cut(rest, ":calls=")
+		n, err := strconv.ParseInt(stats[:strings.IndexByte(stats, ',')], 10, 64)
+		if err != nil {
+			b.Fatalf("commandstats line %q: %v", line, err)
+		}
+		out[cmd] = n
+	}
+	return out
+}
+
+// BenchmarkHandoffLatency measures the time from the start of a holder's
+// Release to the return of the Acquire of a waiter (another Locker) that
+// waited for it 2ms: one op is one hand-off. Metric: the median, in µs.
+func BenchmarkHandoffLatency(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.Redis(b)
+	holder, err := dlock.Open(ctx, srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := dlock.Open(ctx, srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer waiter.Close()
+	name := "bench/handoff-latency/" + rand.Text()
+	opts := &dlock.AcquireOptions{TTL: 30 * time.Second}
+	ds := make([]time.Duration, 0, b.N)
+	got := make(chan time.Time, 1)
+	b.ResetTimer()
+	for range b.N + 20 {
+		held, err := holder.Acquire(ctx, name, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			ls, err := waiter.Acquire(ctx, name, opts)
+			t := time.Now()
+			if err != nil {
+				b.Error(err)
+			} else {
+				_ = ls.Release(ctx)
+			}
+			got <- t
+		}()
+		time.Sleep(2 * time.Millisecond)
+		t0 := time.Now()
+		if err := held.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, (<-got).Sub(t0))
+	}
+	ds = ds[20:] // the first waits make the subscriptions
+	b.StopTimer()
+	b.ReportMetric(stats.Micros(stats.Median(ds)), "handoff-µs")
+}
