@@ -182,10 +182,19 @@ func session(r sqllock.Req) sqllock.Stmt {
 	q := r
 	q.NoWait = false
 	wait := lockWait(q)
-	return sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
-		" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL",
-		waitTimeout(r.TTL), wait)
+	return sqllock.S(sessionSQL, waitTimeout(r.TTL), wait)
 }
+
+// sessionSQL is session's statement. A connection of a pool the driver
+// owns (conn.Run) skips it, running resetSQL instead, when the session
+// already has the values it sets: the forupdate release there does not
+// put the session's timeouts back (leaseRestore), so they are set once
+// per connection while the TTL and the wait stay the same.
+const sessionSQL = "SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout)," +
+	" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL"
+
+// resetSQL is what remains of sessionSQL when the session has its values.
+const resetSQL = "SET @dlock_t = NULL, @dlock_f = NULL"
 
 // Server limits (MySQL 8 and MariaDB on Linux clamp a larger value to
 // them; MySQL 8 allows innodb_lock_wait_timeout up to 1073741824, MariaDB
@@ -242,8 +251,21 @@ func lockWait(r sqllock.Req) int64 {
 }
 
 // restore puts the session's timeouts back.
-var restore = sqllock.S("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
-	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL")
+var restore = sqllock.S(restoreSQL)
+
+const restoreSQL = "SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
+	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL"
+
+// leaseRestore is restore at the end of a forupdate lease: a connection
+// of a pool the driver owns skips it (conn.Run), keeping the lease's
+// timeouts for its next lease (nothing but dlock uses that pool, and
+// every dlock script that needs other values sets them); on a pool the
+// user passed in it runs, so that the application's statements see the
+// session's own settings. A connection left idle longer than its
+// wait_timeout is closed by the server, and the pool replaces it.
+var leaseRestore = sqllock.S(leaseRestoreSQL)
+
+const leaseRestoreSQL = "/* lease */ " + restoreSQL
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
@@ -374,7 +396,7 @@ func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqlloc
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		// Nothing to keep: a rollback is not flushed.
-		return []sqllock.Stmt{sqllock.S("ROLLBACK"), restore}
+		return []sqllock.Stmt{sqllock.S("ROLLBACK"), leaseRestore}
 	}
 	return []sqllock.Stmt{restoreWait, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
 }

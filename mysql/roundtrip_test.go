@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/mysql"
 )
@@ -149,5 +152,62 @@ func TestRoundTrips(t *testing.T) {
 				t.Errorf("%s: %.2f round trips per TryAcquire+Release, want 2", s, rt)
 			}
 		})
+	}
+}
+
+// TestSessionSettingsOnce: on a pool the driver owns, a forupdate lease
+// sets the session's timeouts only when the connection does not have
+// them yet, and its release leaves them for the next lease: once warm,
+// an uncontended TryAcquire+Release is 8 statements, none of which sets
+// a session's timeout (the server's general log shows every script).
+func TestSessionSettingsOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil { // the server may run as another user
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(dir, "general.log")
+	srv := testenv.NewMySQL(t, &testenv.MySQLOptions{Args: []string{"--general-log=1", "--log-output=FILE", "--general-log-file=" + logFile}})
+	stats := openDB(t, srv.DSN)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	count := func() (statements, settings float64) {
+		var k string
+		if err := stats.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&k, &statements); err != nil {
+			t.Fatal(err)
+		}
+		log, err := os.ReadFile(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return statements, float64(strings.Count(string(log), "SESSION wait_timeout = "))
+	}
+	opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
+	cycle := func() {
+		ls, err := l.TryAcquire(ctx, "once", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		cycle()
+	}
+	const n = 50
+	q0, s0 := count()
+	for range n {
+		cycle()
+	}
+	q1, s1 := count()
+	per := (q1 - q0 - 1) / n // count's own SHOW STATUS
+	t.Logf("forupdate on an owned pool: %.2f statements per TryAcquire+Release, %.0f scripts that set a session timeout in %d", per, s1-s0, n)
+	if per > 8 || s1 != s0 {
+		t.Errorf("%.2f statements per TryAcquire+Release and %.0f scripts setting a session timeout in %d, want 8 and 0 (the timeouts set once per connection)", per, s1-s0, n)
 	}
 }
