@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ type pool struct {
 type sessionID struct {
 	id     int64
 	marker string // "" when the lock could not be taken
+	// set are the arguments of the last sessionSQL that this session
+	// ran, while its timeouts are still those (nil: unknown).
+	set []any
 }
 
 // newMarker returns a fresh marker: "dlock#conn#" and 32 hex digits, a
@@ -127,6 +131,42 @@ func (c *conn) Session() int64 { return c.ses.id }
 // Run sends the script as one multi-statement when the DSN allows it,
 // statement by statement otherwise.
 func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
+	stmts = c.settings(stmts)
+	found, err := c.run(ctx, stmts, dest)
+	if err != nil {
+		c.ses.set = nil // the session's state is unknown
+	}
+	return found, err
+}
+
+// settings makes the session's timeouts a setting per connection on a
+// pool the driver owns: sessionSQL becomes resetSQL when the session has
+// its values already, and leaseRestore is skipped while they are known.
+// Any other statement that sets a SESSION variable makes them unknown.
+func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
+	out := make([]sqllock.Stmt, 0, len(stmts))
+	for _, s := range stmts {
+		switch {
+		case s.SQL == sessionSQL:
+			if c.p.owned && slices.Equal(c.ses.set, s.Args) {
+				out = append(out, sqllock.S(resetSQL))
+				continue
+			}
+			c.ses.set = s.Args
+		case s.SQL == leaseRestoreSQL:
+			if c.p.owned && c.ses.set != nil {
+				continue
+			}
+			c.ses.set = nil
+		case strings.Contains(s.SQL, "SESSION"):
+			c.ses.set = nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (c *conn) run(ctx context.Context, stmts []sqllock.Stmt, dest []any) (bool, error) {
 	if c.p.multi && len(stmts) > 1 {
 		var b strings.Builder
 		var args []any
@@ -206,6 +246,13 @@ func (c *conn) Release(discard bool) {
 		return
 	}
 	c.released = true
+	if !discard {
+		c.p.mu.Lock()
+		if ses, ok := c.p.ids[c.key]; ok && ses.id == c.ses.id {
+			c.p.ids[c.key] = c.ses // the session's settings, for its next pin
+		}
+		c.p.mu.Unlock()
+	}
 	if discard {
 		_ = c.c.Raw(func(any) error { return driver.ErrBadConn })
 		c.p.mu.Lock()

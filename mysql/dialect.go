@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,8 +19,9 @@ import (
 // the server's clock, independent of the session's time zone.
 //
 // forupdate's tokens come from an AUTO_INCREMENT table, whose values are
-// never rolled back (a row inserted and deleted at once per token), on
-// MariaDB and MySQL 8 alike. (A MariaDB SEQUENCE would save the writes,
+// never given out again while the server runs (a row inserted in the
+// lease's transaction, which the release rolls back), on MariaDB and
+// MySQL 8 alike; a restart is met by Recover. (A MariaDB SEQUENCE would save the writes,
 // but NEXTVAL inside a forupdate transaction stalled concurrent acquirers
 // under load.) version and getlock move the row's fence on in the grant's
 // autocommitted statement (nextFence).
@@ -61,6 +63,7 @@ func (dialect) Classify(err error) sqllock.Kind {
 // lease): it runs only when something is missing, through PREPARE.
 func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	counter := "CREATE TABLE IF NOT EXISTS " + t.Seq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
+	live := "CREATE TABLE IF NOT EXISTS " + t.Live + " (server BIGINT UNSIGNED NOT NULL PRIMARY KEY) ENGINE=MEMORY"
 	table := "CREATE TABLE IF NOT EXISTS " + t.Q + ` (
 	name VARBINARY(1024) NOT NULL PRIMARY KEY,
 	fence BIGINT NOT NULL DEFAULT 0,
@@ -73,24 +76,28 @@ func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 		schema, name = literal(db), n
 	}
 	out := []sqllock.Stmt{sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema +
-		" AND TABLE_NAME IN (" + literal(name) + ", " + literal(name+sqllock.SeqSuffix) + ")")}
+		" AND TABLE_NAME IN (" + literal(name) + ", " + literal(name+sqllock.SeqSuffix) + ", " + literal(name+sqllock.LiveSuffix) + ")")}
 	// The counter starts at the server's clock in microseconds: a counter
 	// dropped and created again goes on above every token the old one can
 	// have issued (unless it issued more than one per microsecond of its
 	// life, or the server's clock went back).
 	start := "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)"
-	for i, ddl := range []string{table, counter} {
+	for i, ddl := range []string{table, live, counter} {
 		sql := literal(ddl)
-		if i == 1 {
+		if i == 2 {
 			sql = "CONCAT(" + sql + ", ' AUTO_INCREMENT=', " + start + ")"
 		}
 		out = append(out,
-			sqllock.S("SET @dlock_ddl = IF(@dlock_m < 2, "+sql+", 'DO 0')"),
+			sqllock.S("SET @dlock_ddl = IF(@dlock_m < 3, "+sql+", 'DO 0')"),
 			sqllock.S("PREPARE dlock_ddl FROM @dlock_ddl"),
 			sqllock.S("EXECUTE dlock_ddl"),
 			sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
 	}
-	return out
+	// A counter created anew starts at the clock: clear the marker, so
+	// that the first forupdate grant moves it on (Recover) above the
+	// old counter's tokens, which a recovery may have moved ahead of the
+	// clock.
+	return append(out, sqllock.S("DELETE FROM "+t.Live+" WHERE @dlock_m < 3"))
 }
 
 // Check refuses servers whose token counter is not durable: MySQL before
@@ -110,6 +117,8 @@ func (dialect) Check(t sqllock.Table) []sqllock.Stmt {
 		" WHEN VERSION() NOT LIKE '%MariaDB%' AND " + ver + " < 8000 THEN CONCAT('MySQL ', VERSION(), ' is older than 8.0: it recomputes AUTO_INCREMENT counters at restart, so tokens would start again')" +
 		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+sqllock.SeqSuffix) + "), 'InnoDB') <> 'InnoDB'" +
 		" THEN 'the token counter " + strings.ReplaceAll(name, "'", "") + sqllock.SeqSuffix + " is not an InnoDB table: its AUTO_INCREMENT may not be durable'" +
+		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+sqllock.LiveSuffix) + "), 'MEMORY') <> 'MEMORY'" +
+		" THEN 'the marker " + strings.ReplaceAll(name, "'", "") + sqllock.LiveSuffix + " is not a MEMORY table: a restart of the server would not empty it'" +
 		" ELSE '' END")}
 }
 
@@ -153,15 +162,6 @@ func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	}
 }
 
-// token takes the next counter value into @dlock_t when cond holds.
-func (d dialect) token(t sqllock.Table, cond string) []sqllock.Stmt {
-	return []sqllock.Stmt{
-		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE " + cond),
-		sqllock.S("SET @dlock_t = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
-		sqllock.S("DELETE FROM " + t.Seq + " WHERE id = @dlock_t"),
-	}
-}
-
 // lockKey is GET_LOCK's name: the name itself up to 64 characters, else
 // (or when it looks like a hashed key) "dlock#" and 58 hex digits of its
 // SHA-256.
@@ -182,10 +182,19 @@ func session(r sqllock.Req) sqllock.Stmt {
 	q := r
 	q.NoWait = false
 	wait := lockWait(q)
-	return sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout),"+
-		" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL",
-		waitTimeout(r.TTL), wait)
+	return sqllock.S(sessionSQL, waitTimeout(r.TTL), wait)
 }
+
+// sessionSQL is session's statement. A connection of a pool the driver
+// owns (conn.Run) skips it, running resetSQL instead, when the session
+// already has the values it sets: the forupdate release there does not
+// put the session's timeouts back (leaseRestore), so they are set once
+// per connection while the TTL and the wait stay the same.
+const sessionSQL = "SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout)," +
+	" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL"
+
+// resetSQL is what remains of sessionSQL when the session has its values.
+const resetSQL = "SET @dlock_t = NULL, @dlock_f = NULL"
 
 // Server limits (MySQL 8 and MariaDB on Linux clamp a larger value to
 // them; MySQL 8 allows innodb_lock_wait_timeout up to 1073741824, MariaDB
@@ -242,22 +251,42 @@ func lockWait(r sqllock.Req) int64 {
 }
 
 // restore puts the session's timeouts back.
-var restore = sqllock.S("SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
-	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL")
+var restore = sqllock.S(restoreSQL)
+
+const restoreSQL = "SET SESSION wait_timeout = CAST(IFNULL(@dlock_wt, @@SESSION.wait_timeout) AS UNSIGNED)," +
+	" SESSION innodb_lock_wait_timeout = CAST(IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), @dlock_wt = NULL, @dlock_lw = NULL"
+
+// leaseRestore is restore at the end of a forupdate lease: a connection
+// of a pool the driver owns skips it (conn.Run), keeping the lease's
+// timeouts for its next lease (nothing but dlock uses that pool, and
+// every dlock script that needs other values sets them); on a pool the
+// user passed in it runs, so that the application's statements see the
+// session's own settings. A connection left idle longer than its
+// wait_timeout is closed by the server, and the pool replaces it.
+var leaseRestore = sqllock.S(leaseRestoreSQL)
+
+const leaseRestoreSQL = "/* lease */ " + restoreSQL
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
+		// The row is locked, then the token taken from the counter (an
+		// AUTO_INCREMENT value, never given out again while the server
+		// runs, even when its INSERT is rolled back) while the marker
+		// names this server (Recover; else the token is 0), and the
+		// grant written to the row for Inspect to read dirty. The
+		// release rolls it all back: nothing is committed, nothing
+		// flushed.
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
-		out := []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
-			sqllock.S("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name)}
-		out = append(out, d.token(t, "@dlock_f IS NOT NULL")...)
-		return append(out,
-			sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t IS NOT NULL",
+		return []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
+			sqllock.S("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
+			sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_f IS NOT NULL AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
+			sqllock.S("SET @dlock_t = IF(@dlock_f IS NULL, NULL, IF(ROW_COUNT() = 1, LAST_INSERT_ID(), 0))"),
+			sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t > 0",
 				r.Owner, r.Name),
-			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL"))
+			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL")}
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
@@ -284,8 +313,12 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 
 var _ sqllock.FencingNoter = dialect{}
 
-// FencingNote: getlock's token is its row's, not the counter's.
+// FencingNote: getlock's token is its row's, not the counter's;
+// forupdate's is not made durable per grant.
 func (dialect) FencingNote(s sqllock.Strategy, t sqllock.Table) string {
+	if s == sqllock.ForUpdate {
+		return "value of an AUTO_INCREMENT counter that is never given out again (" + t.Raw + sqllock.SeqSuffix + "), taken under the row lock; after every restart of the server or failover (a MEMORY marker, " + t.Raw + sqllock.LiveSuffix + ", found without this server's id) the counter is moved on by 2^36 in a commit of its own before the next token"
+	}
 	if s != sqllock.Native {
 		return ""
 	}
@@ -306,14 +339,37 @@ const clockMicros = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMES
 // commit is done, so a crash of the server cannot hand it out again.
 const nextFence = "GREATEST(fence + 1, " + clockMicros + ")"
 
-// Persist commits a write of its own (a counter value taken and dropped)
-// so that InnoDB writes its redo log, the counter's advance of an open
-// forupdate transaction included, as innodb_flush_log_at_trx_commit makes
-// every commit (1: synced; 2: written, surviving a crash of the server
-// alone).
-func (d dialect) Persist(t sqllock.Table) []sqllock.Stmt {
-	out := append([]sqllock.Stmt{sqllock.S("START TRANSACTION")}, d.token(t, "TRUE")...)
-	return append(out, sqllock.S("COMMIT"))
+// counterJump is how far Recover moves the counter on: far more values
+// than the server can have given out without their advance reaching the
+// redo log on disk (InnoDB writes its log buffer at every commit and at
+// least once a second), or than a replica promoted after a failover can
+// lag behind (2^36 values: 19 hours of a million grants a second).
+const counterJump = 1 << 36
+
+// Recover moves the counter on by counterJump in a transaction of its own
+// (the counter's advance is committed with it, as durably as
+// innodb_flush_log_at_trx_commit makes every commit), and only then
+// records this server (@@server_id) in the marker, a MEMORY table, which
+// every restart of the server empties (a crash or not) and whose rows
+// name the server that wrote them (a replica promoted after a failover
+// has its own server_id, and a copy of its old primary's row at most).
+// Two recoveries at once move the counter on twice: harmless.
+func (dialect) Recover(t sqllock.Table) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("SELECT COUNT(*) INTO @dlock_lv FROM " + t.Live + " WHERE server = @@server_id"),
+		sqllock.S("START TRANSACTION"),
+		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_lv = 0"),
+		sqllock.S("SET @dlock_v = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
+		sqllock.S("SET @dlock_j = @dlock_v + " + strconv.FormatInt(counterJump, 10)), // a SET evaluates all its values before it assigns any
+		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT @dlock_j FROM DUAL WHERE @dlock_j IS NOT NULL"),
+		sqllock.S("DELETE FROM " + t.Seq + " WHERE id IN (@dlock_v, @dlock_j)"),
+		sqllock.S("COMMIT"),
+		// A user variable, not @@server_id, in the INSERT: a replica
+		// replaying the statement stores the primary's id, not its own.
+		sqllock.S("SET @dlock_sid = @@server_id"),
+		sqllock.S("INSERT IGNORE INTO " + t.Live + " (server) SELECT @dlock_sid FROM DUAL WHERE @dlock_lv = 0"),
+		sqllock.S("SELECT @dlock_lv"),
+	}
 }
 
 func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -339,7 +395,8 @@ func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqlloc
 
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return []sqllock.Stmt{sqllock.S("COMMIT"), restore}
+		// Nothing to keep: a rollback is not flushed.
+		return []sqllock.Stmt{sqllock.S("ROLLBACK"), leaseRestore}
 	}
 	return []sqllock.Stmt{restoreWait, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
 }

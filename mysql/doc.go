@@ -53,22 +53,18 @@
 //     names the session by a user lock it took when it connected,
 //     KILL IS_USED_LOCK(marker), never by a connection id alone, which
 //     after a restart of the server may be another client's). Release
-//     commits. The session's wait_timeout is set to the TTL rounded up to
+//     rolls back (nothing is committed, so nothing waits for a flush).
+//     The session's wait_timeout is set to the TTL rounded up to
 //     whole seconds: a holder that stops talking loses the lock after it;
 //     a holder whose process dies loses it at once; and when a lease ends
 //     for its holder (its deadline passed unrefreshed) the driver closes
 //     its connection at that moment, so the server frees the lock then,
 //     not a second later. The keep-alive (every
 //     TTL/3) pings the pinned connection. The token is taken inside the
-//     lease's open transaction, so before it is returned a short
-//     transaction on another connection (a counter value taken and
-//     dropped) commits, which writes InnoDB's redo log with the token's
-//     counter advance in it: a crash of the server during the lease
-//     cannot hand the same token out again (as durable as
-//     innodb_flush_log_at_trx_commit makes a commit). With
-//     SetMaxOpenConns(N), at most N-1 forupdate leases are held at once,
-//     so that this commit always finds a connection (N = 1 is an error
-//     wrapping ErrInvalidOption). The first attempt at a name inserts its
+//     lease's open transaction (see Guarantees for what makes it survive
+//     a crash of the server), in the same round trip as the row lock. A
+//     held lease pins one connection; a pool of one connection is
+//     enough. The first attempt at a name inserts its
 //     row; while another transaction holds an InnoDB gap lock around it (a
 //     concurrent first attempt at a neighbouring name), a TryAcquire can
 //     return ErrNotAcquired although the name was free, and Acquire waits
@@ -93,7 +89,8 @@
 // The driver is tested on MariaDB and written for MySQL 8 too: it
 // refuses (ErrInvalidOption) MariaDB before 10.3 and MySQL before 8.0,
 // whose InnoDB recomputes an AUTO_INCREMENT counter at restart (tokens
-// would start again), and a token counter table not on InnoDB.
+// would start again), a token counter table not on InnoDB, and a marker
+// table (<table>_live) not on MEMORY.
 //
 // forupdate's token is a value of an AUTO_INCREMENT counter (table
 // <table>_fence, kept empty, created starting at the server's clock in
@@ -101,7 +98,23 @@
 // the old one's tokens), which InnoDB never rolls back: a holder whose
 // transaction died with its connection cannot share its token with the
 // next holder. forupdate also writes the token to the name's row (column
-// fence). version and getlock move the name's row's fence on in the
+// fence) in its open transaction, where Inspect reads it; the release
+// rolls it back. Its token's counter advance is never committed, so a
+// crash of the server can set the counter back below it: the MEMORY
+// table <table>_live is the marker of a server that has not restarted
+// since the counter was moved on (every restart of the server empties
+// it; its row names the server by @@server_id, so a replica promoted
+// after a failover does not take its old primary's row for its own). A
+// forupdate grant takes a token only while the marker names the server;
+// otherwise the acquire first moves the counter on by 2^36 in a
+// transaction of its own (committed as durably as
+// innodb_flush_log_at_trx_commit makes a commit) and only then writes the
+// marker. Tokens thus strictly increase across crashes and restarts, as
+// long as the server gave out fewer than 2^36 values whose advance was
+// not in the redo log on disk at the crash (or on a promoted replica).
+// Clients of an earlier release of dlock, which made each forupdate
+// token durable with a commit of its own, must not share a forupdate
+// table with this one. version and getlock move the name's row's fence on in the
 // grant's own autocommitted statement, to the larger of the last token
 // plus one and the server's clock in microseconds, and return it only
 // once that statement has committed (as durably as

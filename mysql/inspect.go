@@ -11,7 +11,8 @@ import (
 //   - forupdate: the holder's grant is an uncommitted update of the row
 //     (its token, owner and session), read dirty (READ UNCOMMITTED); the
 //     lock is held while that token differs from the committed one (a
-//     release commits it, a lost holder's rollback undoes it). Waiters
+//     release or a lost holder's rollback undoes it). A free lock's
+//     fence is unknown: grants commit nothing. Waiters
 //     are the transactions blocked by the holder's (MariaDB:
 //     information_schema.INNODB_LOCK_WAITS; MySQL 8:
 //     performance_schema.data_lock_waits, unknown when it is off).
@@ -49,7 +50,7 @@ func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 			"SELECT COUNT(DISTINCT w.REQUESTING_ENGINE_TRANSACTION_ID) INTO @dlock_iw FROM performance_schema.data_lock_waits w"+
 				" JOIN information_schema.INNODB_TRX x ON x.trx_id = w.BLOCKING_ENGINE_TRANSACTION_ID"+blocked,
 			"SET @dlock_iw = NULL")...)
-		return append(out, sqllock.S("SELECT IFNULL("+held+", FALSE), @dlock_io, @dlock_if, NULL, @dlock_iw"))
+		return append(out, sqllock.S("SELECT IFNULL("+held+", FALSE), @dlock_io, IF("+held+", @dlock_if, NULL), NULL, @dlock_iw"))
 	case sqllock.Native:
 		key := lockKey(r.Name)
 		out := []sqllock.Stmt{reset,

@@ -73,6 +73,7 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	session bigint,
 	waiters_until timestamptz)`),
 		sqllock.S(addWaitersUntil(t)),
+		sqllock.S("CREATE UNLOGGED TABLE IF NOT EXISTS " + t.Live + " (since timestamptz NOT NULL DEFAULT now())"),
 		sqllock.S(createSeq(t)),
 		sqllock.S("COMMIT"),
 	}
@@ -104,10 +105,13 @@ func (dialect) Claim(t sqllock.Table, strategy string) []sqllock.Stmt {
 // microseconds: a counter dropped and created again (with its table, by a
 // migration, by hand) then goes on above every token the old one can have
 // issued, unless that one issued more than a token per microsecond of its
-// life or the server's clock went back.
+// life, the server's clock went back, or the old counter was moved on by
+// Recover (counterJump) within the last counterJump microseconds. A new
+// counter clears the marker, so that its first forupdate grant runs
+// Recover and starts counterJump above the clock.
 func createSeq(t sqllock.Table) string {
-	return "DO $dlock$ BEGIN EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %s START %s', " + quoteLiteral(t.Seq) +
-		", (extract(epoch FROM clock_timestamp()) * 1000000)::bigint); END $dlock$"
+	return "DO $dlock$ BEGIN IF to_regclass(" + quoteLiteral(t.Seq) + ") IS NULL THEN EXECUTE format('CREATE SEQUENCE %s START %s', " + quoteLiteral(t.Seq) +
+		", (extract(epoch FROM clock_timestamp()) * 1000000)::bigint); DELETE FROM " + t.Live + "; END IF; END $dlock$"
 }
 
 // Check reports nothing: every supported PostgreSQL keeps sequences
@@ -161,11 +165,11 @@ const (
 	maxVersionTTL = 10 * 365 * 24 * time.Hour
 	minVersionTTL = 5 * time.Millisecond
 	// minForUpdateTTL: a forupdate grant sits idle in its transaction
-	// while its token is made durable on another connection (a commit
-	// with synchronous_commit on) and, for a short TTL, is pinged once
-	// more; a TTL shorter than that round trip and flush lets the server's
+	// until Acquire returns and, for a short TTL, is pinged once more; a
+	// TTL shorter than that lets the server's
 	// idle_in_transaction_session_timeout end the lease before Acquire
-	// returns it (measured: most attempts at 5ms, none at 50ms).
+	// returns it (measured when a commit on another connection made each
+	// token durable: most attempts at 5ms, none at 50ms; kept at 50ms).
 	minForUpdateTTL = 50 * time.Millisecond
 	minAdvisoryTTL  = 5 * time.Millisecond
 )
@@ -200,6 +204,11 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		return sqllock.S("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
 	}
 	if s == sqllock.ForUpdate {
+		// The row is locked, then the token taken from the counter
+		// (never rolled back) while the marker shows that the counter
+		// has been moved on since the server's last crash (Recover;
+		// else the token is 0). Nothing is written but the row lock and
+		// the counter's advance, neither flushed: the release rolls back.
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
@@ -207,9 +216,9 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		return []sqllock.Stmt{
 			sqllock.S("BEGIN"),
 			set("idle_in_transaction_session_timeout", true),
-			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+"), u AS (UPDATE "+t.Q+" AS t SET fence = "+nextval(t)+
-				", owner = $2, acquired_at = now(), expires_at = NULL, session = pg_backend_pid() FROM l WHERE t.name = l.name RETURNING t.fence)"+
-				" SELECT fence FROM u WHERE "+announce("fence", "$2", true),
+			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+"),"+
+				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM "+t.Live+") THEN "+nextval(t)+" ELSE 0 END AS f FROM l)"+
+				" SELECT f FROM g WHERE "+announce("f", "$2::text", true),
 				r.Name, r.Owner),
 		}
 	}
@@ -256,15 +265,41 @@ func announce(token, owner string, local bool) string {
 // appPrefix starts the application_name of a session holding a lock.
 const appPrefix = "dlock"
 
-// Persist commits a transaction that writes WAL (a transactional logical
-// message, which any role may emit, at every wal_level) with
-// synchronous_commit on, whatever the server's default: its commit
-// flushes the WAL up to this point, the sequence's advance of an open
-// forupdate transaction included (to disk with fsync on; to the operating
-// system, which survives a crash of the server, with fsync off).
-func (dialect) Persist(t sqllock.Table) []sqllock.Stmt {
-	// set_config runs first: its result is the message's content.
-	return []sqllock.Stmt{sqllock.S("SELECT pg_logical_emit_message(true, 'dlock', set_config('synchronous_commit', 'on', true))")}
+// counterJump is how far Recover moves the counter on: far more values
+// than the server can have issued without their advance reaching the WAL
+// on disk (a sequence logs its advance 32 values ahead; the WAL writer
+// writes every full WAL page, and the rest within wal_writer_delay, at
+// most 10s; any commit flushes it all), or than a standby promoted after
+// a failover can lag behind (2^36 values: 19 hours of a million
+// nextval() a second).
+const counterJump = 1 << 36
+
+// Recover moves the counter on by counterJump and sets the marker (an
+// UNLOGGED table: every crash recovery empties it, and a promoted standby
+// has it empty), in a transaction whose commit is flushed
+// (synchronous_commit on): the counter's jump is in the WAL on disk
+// before any session can see the marker, and so before any token of the
+// new incarnation is taken. The table lock serialises recoveries; a
+// recovery that finds the marker does nothing.
+func (dialect) Recover(t sqllock.Table) []sqllock.Stmt {
+	return []sqllock.Stmt{
+		sqllock.S("BEGIN"),
+		sqllock.S("SELECT set_config('synchronous_commit', 'on', true)"),
+		sqllock.S("LOCK TABLE " + t.Live + " IN EXCLUSIVE MODE"),
+		sqllock.S("SELECT setval(" + quoteLiteral(t.Seq) + ", s.last_value + " + strconv.FormatInt(counterJump, 10) + ") FROM " + t.Seq + " s WHERE NOT EXISTS (SELECT 1 FROM " + t.Live + ")"),
+		sqllock.S("INSERT INTO " + t.Live + " (since) SELECT now() WHERE NOT EXISTS (SELECT 1 FROM " + t.Live + ")"),
+		sqllock.S("COMMIT"),
+	}
+}
+
+var _ sqllock.FencingNoter = dialect{}
+
+// FencingNote: forupdate's token is not made durable per grant.
+func (dialect) FencingNote(s sqllock.Strategy, t sqllock.Table) string {
+	if s != sqllock.ForUpdate {
+		return ""
+	}
+	return "value of a sequence that is never rolled back (" + t.Raw + sqllock.SeqSuffix + "), taken under the row lock; after every crash recovery or failover (an UNLOGGED marker, " + t.Raw + sqllock.LiveSuffix + ", found empty) the sequence is moved on by 2^36 in a flushed commit before the next token"
 }
 
 func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -285,7 +320,8 @@ func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqlloc
 
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		return []sqllock.Stmt{sqllock.S("COMMIT")}
+		// Nothing to keep: a rollback is not flushed.
+		return []sqllock.Stmt{sqllock.S("ROLLBACK")}
 	}
 	// One statement: the settings the grant saved are put back (function
 	// scans, run before the target list), and the lock freed.

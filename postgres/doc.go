@@ -41,19 +41,15 @@
 //     open on a connection pinned for the lease. Waiters wait in the
 //     server's row-lock queue; Acquire's wait is bounded by the context's
 //     deadline (lock_timeout) and cut short by its cancellation. Release
-//     commits. The session sets idle_in_transaction_session_timeout to the
+//     rolls back (nothing is committed, so nothing waits for a flush).
+//     The session sets idle_in_transaction_session_timeout to the
 //     lease TTL: a holder that stops talking (paused, partitioned) loses the
 //     lock after the TTL; a holder whose process dies loses it at once (its
 //     connection closes). The keep-alive (every TTL/3) pings the pinned
-//     connection, which restarts that timer. Two round trips per acquire
-//     (a pgx batch: BEGIN, set_config, the locking UPDATE; then a commit
-//     with synchronous_commit on, on another connection of the pool, that
-//     makes the token's sequence value durable before it is returned, so
-//     that a crash of the server during the lease cannot hand the same
-//     token out again) and one per release. A held lease pins one
-//     connection, and the pool keeps one free for that commit: a pool of
-//     pool_max_conns=N holds at most N-1 forupdate leases at once (N = 1
-//     is an error wrapping ErrInvalidOption).
+//     connection, which restarts that timer. One round trip per acquire
+//     (a pgx batch: BEGIN, set_config, the locking SELECT, which takes the
+//     token from the sequence) and one per release (ROLLBACK). A held
+//     lease pins one connection; a pool of one connection is enough.
 //   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
 //     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
 //     computed by the server's clock; refresh and release are conditional
@@ -83,13 +79,32 @@
 // dropped and created again goes on above the old one's tokens), whose
 // values are never rolled back or reused: a holder whose transaction died
 // with its connection cannot share its token with the next holder.
-// forupdate and version also write the token to the name's row (column
-// fence); advisory writes no row.
+// version also writes the token to the name's row (column fence);
+// forupdate and advisory write no row.
+//
+// forupdate's token is taken in the lease's open transaction, which never
+// commits, so its sequence advance may not be on disk when the server
+// crashes, and the sequence can come back below it. The UNLOGGED table
+// <table>_live is the marker of a server that has not crashed since the
+// counter was moved on: every crash recovery empties it (a kill -9 of a
+// backend or of the server, an immediate shutdown), and a standby promoted
+// after a failover has it empty. A forupdate grant takes a token only
+// while the marker has its row; otherwise the acquire first runs a
+// transaction that moves the sequence on by 2^36 (setval) and inserts the
+// row, committed with synchronous_commit on, so that the jump is on disk
+// before any session sees the marker. Tokens thus strictly increase
+// across crashes and clean restarts (which flush the sequence), as long
+// as the server issued fewer than 2^36 tokens that were not on disk at
+// the crash (or that a promoted standby had not received), and a standby
+// promoted after a failover is as current as its replication made it.
+// Clients of an earlier release of dlock, which made each forupdate
+// token durable with a commit of its own, must not share a forupdate
+// table with this one: after a crash they take tokens without moving the
+// sequence on.
 //
 // TTLs (Capabilities.MinTTL and MaxTTL): forupdate accepts 50ms to
 // 2147483647ms and advisory 5ms to 2147483647ms (the idle timeouts are
-// int32 milliseconds; a forupdate grant waits idle in its transaction
-// while its token is made durable, which a shorter TTL does not survive);
+// int32 milliseconds);
 // version accepts 5ms to 10 years. A TTL outside is ErrInvalidOption
 // before any server call. When a forupdate or advisory lease ends for its
 // holder (its deadline passed unrefreshed) the driver closes its

@@ -9,8 +9,7 @@ import "github.com/dlock-go/dlock/internal/sqllock"
 //     its token and owner are in its application_name (announce), since
 //     its own row version is uncommitted. Waiters are the sessions
 //     queued for the row: for the holder's transaction or for the row's
-//     tuple lock. A free lock's fence is the row's: its last committed
-//     grant's.
+//     tuple lock. A free lock's fence is unknown: grants write no row.
 //   - advisory: the holder is the session granted the name's advisory
 //     key in this database; token and owner as above; waiters are the
 //     sessions queued for the key. No row is written: a free lock's fence
@@ -27,7 +26,7 @@ func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 		return []sqllock.Stmt{sqllock.S(`WITH r AS (SELECT fence, xmax, ctid, tableoid FROM `+t.Q+` WHERE name = $1),
 h AS (SELECT l.pid FROM r JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock' AND l.granted LIMIT 1)
 SELECT EXISTS (SELECT 1 FROM h), `+ownerOf+`,
-	CASE WHEN EXISTS (SELECT 1 FROM h) THEN `+tokenOf+` ELSE (SELECT fence FROM r) END,
+	CASE WHEN EXISTS (SELECT 1 FROM h) THEN `+tokenOf+` END,
 	NULL::bigint,
 	(SELECT count(DISTINCT w.pid) FROM r JOIN pg_locks w ON NOT w.granted AND (w.locktype = 'transactionid' AND w.transactionid = r.xmax
 		OR w.locktype = 'tuple' AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND w.relation = r.tableoid

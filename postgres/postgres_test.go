@@ -94,24 +94,24 @@ func TestPausedHolderFencedWrite(t *testing.T) {
 	})
 }
 
-// TestForUpdateNeedsTwoConns: a forupdate lease pins a connection and its
-// grant commits on another, so Open with pool_max_conns=1 fails clearly.
-func TestForUpdateNeedsTwoConns(t *testing.T) {
+// TestOneConnPool: no strategy needs a second connection (forupdate's
+// tokens are made safe by Recover, on the lease's own connection, not by
+// a commit on another), so each opens and locks on pool_max_conns=1.
+func TestOneConnPool(t *testing.T) {
 	srv := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "pool_max_conns", "1"))
-	if err == nil {
-		l.Close()
-		t.Fatal("Open with strategy=forupdate and pool_max_conns=1 succeeded")
-	}
-	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "at least 2 connections") {
-		t.Fatalf("Open: %v, want ErrInvalidOption naming the pool size", err)
-	}
-	for _, s := range []string{"advisory", "version"} {
-		l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", s, "pool_max_conns", "1"))
+	for _, s := range []string{"forupdate", "advisory", "version"} {
+		l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", s, "pool_max_conns", "1", "table", "onepool_"+s))
 		if err != nil {
 			t.Fatalf("Open with strategy=%s and pool_max_conns=1: %v", s, err)
+		}
+		ls, err := l.TryAcquire(ctx, "one", nil)
+		if err != nil {
+			t.Fatalf("%s: TryAcquire on one connection: %v", s, err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("%s: Release: %v", s, err)
 		}
 		l.Close()
 	}

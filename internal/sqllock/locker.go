@@ -39,14 +39,11 @@ type Locker struct {
 	migrate   bool // create the table
 	ready     bool // migrated (or nothing to do)
 
+	recoverMu sync.Mutex // one Recover at a time (the others then find the marker)
+
 	mu       sync.Mutex
 	pinned   map[*pinnedLease]struct{}
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
-
-	// ForUpdate: tokens are made durable before they are returned, and
-	// slots (on a bounded pool) keeps a connection free for that.
-	persister *persister
-	slots     chan struct{}
 
 	hub *hub
 }
@@ -94,17 +91,6 @@ func newLocker(cfg Config) *Locker {
 		pinned:   make(map[*pinnedLease]struct{}),
 	}
 	l.caps = capabilities(cfg)
-	if cfg.Strategy == ForUpdate {
-		persist := cfg.Dialect.Persist(cfg.Table)
-		l.persister = newPersister(func(ctx context.Context) error {
-			var ignored any
-			_, err := cfg.Pool.Run(ctx, persist, &ignored)
-			return err
-		})
-		if n := cfg.Pool.MaxConns(); n > 1 {
-			l.slots = make(chan struct{}, n-1)
-		}
-	}
 	if n, ok := cfg.Pool.(Notifier); ok && cfg.Strategy == Version {
 		var register func(context.Context, []string) error
 		if reg, ok := cfg.Dialect.(WaitRegistry); ok {
@@ -147,7 +133,7 @@ func capabilities(cfg Config) driver.Capabilities {
 	switch cfg.Strategy {
 	case ForUpdate:
 		c.Strategy = string(ForUpdate)
-		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken under the row lock and made durable (a commit on another connection) before it is returned"
+		c.FencingNote = "value of a counter that is never rolled back (" + cfg.Table.Raw + SeqSuffix + "), taken under the row lock; moved on after every crash of the server (Dialect.Recover) before the next token"
 		c.Wait = driver.WaitQueue
 		c.ReleaseOnCrash = 0
 		c.Notes = joinNotes(c.Notes, crashNote)
@@ -245,16 +231,6 @@ func (l *Locker) Sessions() []int64 {
 	return out
 }
 
-// checkPool rejects a pool too small for the strategy: a forupdate lease
-// pins one connection and its grant commits on another.
-func (l *Locker) checkPool() error {
-	if l.strategy == ForUpdate && l.pool.MaxConns() == 1 {
-		return fmt.Errorf("%s: strategy forupdate needs a pool of at least 2 connections (its limit is 1): a lease pins one, and its token is made durable on another: %w",
-			l.d.Backend(), driver.ErrInvalidOption)
-	}
-	return nil
-}
-
 // ensure creates the table on first use. A failure is retried on the
 // next call.
 func (l *Locker) ensure(ctx context.Context) error {
@@ -262,9 +238,6 @@ func (l *Locker) ensure(ctx context.Context) error {
 	defer l.migrateMu.Unlock()
 	if l.ready {
 		return nil
-	}
-	if err := l.checkPool(); err != nil {
-		return err
 	}
 	if l.migrate {
 		if _, err := l.pool.Run(ctx, l.d.Migrate(l.t)); err != nil {
@@ -299,6 +272,15 @@ func (l *Locker) ensure(ctx context.Context) error {
 	if owner != l.caps.Strategy {
 		return fmt.Errorf("%s: table %s serves strategy %s, not %s: %w (one table serves one strategy: configure another table)",
 			l.d.Backend(), t.Canon, owner, l.caps.Strategy, driver.ErrInvalidOption)
+	}
+	if l.strategy == ForUpdate {
+		// Set the marker now (moving the counter on, if the server has
+		// crashed since it was set), so that the first attempts do not
+		// all find it missing at once.
+		var ignored any
+		if _, err := l.pool.Run(ctx, l.d.Recover(t), &ignored); err != nil {
+			return fmt.Errorf("%s: moving the token counter of %s on: %w", l.d.Backend(), t.Canon, err)
+		}
 	}
 	l.t = t
 	if l.hub != nil {

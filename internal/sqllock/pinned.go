@@ -24,12 +24,12 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	c, err := l.pin(ctx)
+	c, err := l.pool.Pin(ctx)
 	if err != nil {
 		return nil, ctxErr(ctx, l.errorf("taking a connection: %w", err))
 	}
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: !wait}
-	for created := false; ; {
+	for created, recovered := false, false; ; {
 		if wait {
 			r.Wait = 0
 			if dl, ok := ctx.Deadline(); ok {
@@ -39,6 +39,19 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		start := time.Now()
 		var token int64
 		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		if err == nil && found && token == 0 && l.strategy == ForUpdate {
+			// The server lost its marker (a crash, a failover): no token
+			// was taken. Move the counter on, then try again.
+			if recovered {
+				c.Release(false)
+				return nil, l.errorf("acquire %q: the server's marker is still missing after recovery", req.Name)
+			}
+			if err := l.recover(ctx, c, r); err != nil {
+				return nil, ctxErr(ctx, err)
+			}
+			recovered = true
+			continue
+		}
 		if err == nil && found {
 			return l.grant(ctx, c, r, token, start)
 		}
@@ -139,26 +152,33 @@ func (l *Locker) createRow(ctx context.Context, c Conn, r Req) (busy bool, err e
 	return true, nil
 }
 
+// recover rolls back an attempt that found the server's marker missing
+// and runs the dialect's Recover on c. On an error c has been
+// abandoned and released.
+func (l *Locker) recover(ctx context.Context, c Conn, r Req) error {
+	if !l.abort(ctx, c, r, KindOther) {
+		return l.errorf("acquire %q: rolling back before recovery failed", r.Name)
+	}
+	l.recoverMu.Lock()
+	defer l.recoverMu.Unlock()
+	var ignored any
+	if _, err := c.Run(ctx, l.d.Recover(l.t), &ignored); err != nil {
+		l.abort(ctx, c, r, KindBroken)
+		return l.errorf("acquire %q: moving the token counter on after a crash of the server: %w", r.Name, err)
+	}
+	return nil
+}
+
 // notAcquired is the error of a lock held by someone else.
 func (l *Locker) notAcquired() error {
 	return fmt.Errorf("%s: %w", l.d.Backend(), driver.ErrNotAcquired)
 }
 
-// grant turns the grant of token on c into a lease: it makes a ForUpdate
-// token durable, gives the grant back when ctx ended meanwhile, and after
+// grant turns the grant of token on c into a lease: it gives the grant
+// back when ctx ended meanwhile, and after
 // a long wait restarts the server's idle timer so that the lease's
 // deadline counts from a known moment.
 func (l *Locker) grant(ctx context.Context, c Conn, r Req, token int64, start time.Time) (driver.Lease, error) {
-	if l.persister != nil {
-		// The token was taken in the lease's open transaction: make it
-		// durable before anyone can use it.
-		if err := l.persister.persist(ctx); err != nil {
-			if l.abort(ctx, c, r, KindOther) {
-				c.Release(false)
-			}
-			return nil, ctxErr(ctx, l.errorf("acquire %q: making the token durable: %w", r.Name, err))
-		}
-	}
 	if ctx.Err() != nil {
 		// Granted, but ctx ended meanwhile: a driver may be closing the
 		// connection right now (go-sql-driver does when ctx ends as a
@@ -332,7 +352,7 @@ func (p *pinnedLease) ping(ctx context.Context, ttl time.Duration) (lost, err er
 	return err, nil
 }
 
-// Release commits (ForUpdate) or unlocks (Native) and returns the
+// Release rolls back (ForUpdate) or unlocks (Native) and returns the
 // connection to the pool.
 func (p *pinnedLease) Release(ctx context.Context) error {
 	p.mu.Lock()

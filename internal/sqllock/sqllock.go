@@ -13,7 +13,7 @@
 //
 //   - ForUpdate: a row of the lock table locked by SELECT … FOR UPDATE in
 //     a transaction kept open on a pinned connection. The server's lock
-//     queue is the wait; Release commits.
+//     queue is the wait; Release rolls back.
 //   - Native: the database's own named lock (pg_advisory_lock, GET_LOCK)
 //     on a pinned connection; the token is taken right after the grant
 //     (PostgreSQL: from the counter, writing no row; MySQL: the name's
@@ -32,10 +32,10 @@
 // token with the next holder; a dialect may instead move the name's row's
 // fence on in the grant's own autocommitted statement, which returns the
 // token only once committed (MySQL's version and getlock). ForUpdate takes its token
-// inside the lease's open transaction, so before returning it the core
-// commits a small write on another connection (Dialect.Persist), which
-// makes the counter's advance as durable as any commit: a server crash
-// during the lease cannot hand the same token out again. A counter is
+// inside the lease's open transaction, which commits nothing (the release
+// rolls back): a crash of the server may set the counter back, and the
+// dialect's volatile marker, which the crash erases, makes the next grant
+// move the counter on first (Dialect.Recover). A counter is
 // created starting at the server's clock in microseconds, so that one
 // dropped and created again goes on above the old one's tokens.
 //
@@ -226,15 +226,22 @@ type Dialect interface {
 	// means: ForUpdate: the name's row is missing (EnsureRow, then try
 	// again); Native: not granted within r.Wait (or at once with NoWait).
 	Lock(s Strategy, t Table, r Req) []Stmt
-	// Persist makes every token taken so far survive a crash of the
-	// server: a short write committed in a transaction of its own, on
-	// another connection, whose commit writes the server's log up to this
-	// point (as durably as the server's settings make a commit). ForUpdate
-	// takes its token inside the lease's transaction, which stays open
-	// until the release, so the counter's advance is in no committed
-	// transaction yet: without Persist, a crash during the lease could
-	// roll the counter back and hand the holder's token out again.
-	Persist(t Table) []Stmt
+	// Recover is run (on the connection of a ForUpdate attempt, after its
+	// Abort) when Lock returned the token 0. ForUpdate's token is the
+	// counter's value, taken in the lease's open transaction, which the
+	// release rolls back: neither the grant nor the release waits for a
+	// flush, and a crash of the server may set the counter back, since
+	// its advance was never flushed. So the dialect keeps a volatile
+	// marker that every crash or failover of the server erases
+	// (PostgreSQL: an UNLOGGED table; MySQL: a MEMORY table naming the
+	// server), and Lock takes a token only while the marker is there,
+	// returning 0 when it is not. Recover moves the counter on past every
+	// value the server can have issued before the crash and then sets
+	// the marker, the counter's jump committed (as durably as the
+	// server's settings make a commit) before the marker is visible, so
+	// before any token of the new run of the server is taken. It does
+	// nothing when it finds the marker (another client recovered first).
+	Recover(t Table) []Stmt
 	// Abort undoes a Lock that failed on a usable connection (rolls back,
 	// unlocks, restores the session's settings). It may be empty when
 	// there is nothing to undo (r.Missed on a Lock that changes nothing
@@ -308,6 +315,8 @@ type Table struct {
 	Q string
 	// Seq is the quoted token counter (a sequence or a table) next to it.
 	Seq string
+	// Live is the quoted volatile marker next to it (Dialect.Recover).
+	Live string
 	// Channel is the notification channel of the table's releases.
 	Channel string
 }
@@ -329,6 +338,7 @@ func Canonical(d Dialect, t Table, schema, name string) Table {
 	t.Canon = canon
 	t.Q = d.Quote(schema) + "." + d.Quote(name)
 	t.Seq = d.Quote(schema) + "." + d.Quote(name+SeqSuffix)
+	t.Live = d.Quote(schema) + "." + d.Quote(name+LiveSuffix)
 	t.Channel = "dlock_" + hex.EncodeToString(sum[:8])
 	return t
 }
@@ -351,6 +361,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // SeqSuffix is appended to the table's name to name its token counter.
 const SeqSuffix = "_fence"
+
+// LiveSuffix is appended to the table's name to name its volatile marker
+// (Dialect.Recover); it is no longer than SeqSuffix.
+const LiveSuffix = "_live"
 
 // ParseTable validates raw ("table" or "schema.table") as identifiers
 // (letters, digits, underscores; not starting with a digit; short enough
@@ -379,12 +393,14 @@ func ParseTable(d Dialect, raw string) (Table, error) {
 		q[i] = d.Quote(p)
 	}
 	seq := append([]string(nil), q[:len(q)-1]...)
+	live := append(seq[:len(seq):len(seq)], d.Quote(parts[len(parts)-1]+LiveSuffix))
 	seq = append(seq, d.Quote(parts[len(parts)-1]+SeqSuffix))
 	sum := sha256.Sum256([]byte(raw))
 	return Table{
 		Raw:     raw,
 		Q:       strings.Join(q, "."),
 		Seq:     strings.Join(seq, "."),
+		Live:    strings.Join(live, "."),
 		Channel: "dlock_" + hex.EncodeToString(sum[:8]),
 	}, nil
 }

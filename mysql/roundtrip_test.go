@@ -1,0 +1,213 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
+	"github.com/dlock-go/dlock/internal/testenv"
+	"github.com/dlock-go/dlock/mysql"
+)
+
+// flights counts the round trips of every connection dialled through it:
+// a write that follows a read (or starts the connection) begins one.
+type flights struct {
+	mu sync.Mutex
+	n  int
+}
+
+type countedConn struct {
+	net.Conn
+	f    *flights
+	read bool // the last I/O was a read
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	c.f.mu.Lock()
+	if c.read {
+		c.f.n++
+	}
+	c.read = false
+	c.f.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.f.mu.Lock()
+	c.read = true
+	c.f.mu.Unlock()
+	return n, err
+}
+
+func (f *flights) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+var countedNet = struct {
+	once sync.Once
+	f    *flights
+}{f: &flights{}}
+
+// TestRoundTrips: an uncontended TryAcquire and Release of a pinned
+// strategy cost one round trip each (one multi-statement each way),
+// after the first use of a connection (which learns its session).
+func TestRoundTrips(t *testing.T) {
+	countedNet.once.Do(func() {
+		gomysql.RegisterDialContext("dlockcounted", func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countedConn{Conn: c, f: countedNet.f, read: true}, nil
+		})
+	})
+	srv := testenv.MySQL(t)
+	cfg, err := gomysql.ParseDSN(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Net = "dlockcounted"
+	cfg.InterpolateParams, cfg.MultiStatements, cfg.ParseTime = true, true, true
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2) // any round trip on a second connection is counted too
+	db.SetMaxIdleConns(2)
+	stats := openDB(t, srv.DSN)
+	// DLOCK_TEST_COST=1 also reports the server's statements and redo log
+	// syncs per cycle.
+	cost := os.Getenv("DLOCK_TEST_COST") != ""
+	status := func(ctx context.Context) map[string]float64 {
+		out := map[string]float64{}
+		rows, err := stats.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Innodb_os_log_fsyncs', 'Innodb_log_writes', 'Com_commit', 'Com_rollback')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var v float64
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	for _, s := range []string{"forupdate", "getlock"} {
+		t.Run(s, func(t *testing.T) {
+			l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
+			cycle := func() {
+				ls, err := l.TryAcquire(ctx, "rt", opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				cycle() // create the row, learn the sessions
+			}
+			const n = 200
+			s0 := status(ctx)
+			r0 := countedNet.f.count()
+			start := time.Now()
+			for range n {
+				cycle()
+			}
+			took := time.Since(start)
+			rt := float64(countedNet.f.count()-r0) / n
+			s1 := status(ctx)
+			t.Logf("%s: per TryAcquire+Release: %.2f round trips, %v", s, rt, took/n)
+			if cost {
+				// Questions counts the status query itself once.
+				t.Logf("%s: per TryAcquire+Release: %.2f statements, %.2f COMMIT, %.2f ROLLBACK, %.3f redo log writes, %.3f redo log fsyncs", s,
+					(s1["Questions"]-s0["Questions"]-1)/n, (s1["Com_commit"]-s0["Com_commit"])/n, (s1["Com_rollback"]-s0["Com_rollback"])/n,
+					(s1["Innodb_log_writes"]-s0["Innodb_log_writes"])/n, (s1["Innodb_os_log_fsyncs"]-s0["Innodb_os_log_fsyncs"])/n)
+			}
+			if rt > 2 {
+				t.Errorf("%s: %.2f round trips per TryAcquire+Release, want 2", s, rt)
+			}
+		})
+	}
+}
+
+// TestSessionSettingsOnce: on a pool the driver owns, a forupdate lease
+// sets the session's timeouts only when the connection does not have
+// them yet, and its release leaves them for the next lease: once warm,
+// an uncontended TryAcquire+Release is 8 statements, none of which sets
+// a session's timeout (the server's general log shows every script).
+func TestSessionSettingsOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil { // the server may run as another user
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(dir, "general.log")
+	srv := testenv.NewMySQL(t, &testenv.MySQLOptions{Args: []string{"--general-log=1", "--log-output=FILE", "--general-log-file=" + logFile}})
+	stats := openDB(t, srv.DSN)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := dlock.Open(ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	count := func() (statements, settings float64) {
+		var k string
+		if err := stats.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&k, &statements); err != nil {
+			t.Fatal(err)
+		}
+		log, err := os.ReadFile(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return statements, float64(strings.Count(string(log), "SESSION wait_timeout = "))
+	}
+	opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
+	cycle := func() {
+		ls, err := l.TryAcquire(ctx, "once", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		cycle()
+	}
+	const n = 50
+	q0, s0 := count()
+	for range n {
+		cycle()
+	}
+	q1, s1 := count()
+	per := (q1 - q0 - 1) / n // count's own SHOW STATUS
+	t.Logf("forupdate on an owned pool: %.2f statements per TryAcquire+Release, %.0f scripts that set a session timeout in %d", per, s1-s0, n)
+	if per > 8 || s1 != s0 {
+		t.Errorf("%.2f statements per TryAcquire+Release and %.0f scripts setting a session timeout in %d, want 8 and 0 (the timeouts set once per connection)", per, s1-s0, n)
+	}
+}

@@ -1,0 +1,151 @@
+package postgres_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testenv"
+	"github.com/dlock-go/dlock/postgres"
+)
+
+// flights counts the round trips of every connection dialled through it:
+// a write that follows a read (or starts the connection) begins one.
+type flights struct {
+	mu     sync.Mutex
+	n      int
+	writes int
+}
+
+type countedConn struct {
+	net.Conn
+	f    *flights
+	read bool // the last I/O was a read
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	c.f.mu.Lock()
+	c.f.writes++
+	if c.read {
+		c.f.n++
+	}
+	c.read = false
+	c.f.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.f.mu.Lock()
+	c.read = true
+	c.f.mu.Unlock()
+	return n, err
+}
+
+func (f *flights) count() (int, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n, f.writes
+}
+
+// countedLocker opens a Locker of strategy on a pool whose round trips f
+// counts.
+func countedLocker(t *testing.T, strategy string) (*dlock.Locker, *flights) {
+	srv := testenv.Postgres(t)
+	pc, err := pgxpool.ParseConfig(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flights{}
+	dial := pc.ConnConfig.DialFunc
+	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: c, f: f, read: true}, nil
+	}
+	pc.MaxConns = 2 // any round trip on a second connection is counted too
+	p, err := pgxpool.NewWithConfig(t.Context(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	l, err := postgres.OpenLocker(p, &postgres.Options{Strategy: strategy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, f
+}
+
+// TestRoundTrips: an uncontended TryAcquire and Release of a pinned
+// strategy cost one round trip each (the lock and its token in one
+// statement or batch; the release in one), after the first use of the
+// connection (which prepares the statements).
+func TestRoundTrips(t *testing.T) {
+	for _, s := range []string{"forupdate", "advisory"} {
+		t.Run(s, func(t *testing.T) {
+			l, f := countedLocker(t, s)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			sc, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Close(context.Background())
+			opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
+			cycle := func() {
+				ls, err := l.TryAcquire(ctx, "rt", opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				cycle() // create the row, recover, prepare
+			}
+			const n = 200
+			// DLOCK_TEST_COST=1 also reports the server's WAL syncs and
+			// transactions, which backends report when idle for 10s.
+			cost := os.Getenv("DLOCK_TEST_COST") != ""
+			serverStats := func() (lsn, syncs, commits, rollbacks float64) {
+				if cost {
+					time.Sleep(11 * time.Second)
+				}
+				var l, sy, c, r int64
+				if err := sc.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0', (SELECT wal_sync FROM pg_stat_wal), xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&l, &sy, &c, &r); err != nil {
+					t.Fatal(err)
+				}
+				return float64(l), float64(sy), float64(c), float64(r)
+			}
+			lsn0, sync0, c0, rb0 := serverStats()
+			cycle() // after an idle second pgxpool pings a connection before it hands it out
+			r0, w0 := f.count()
+			start := time.Now()
+			for range n {
+				cycle()
+			}
+			took := time.Since(start)
+			r1, w1 := f.count()
+			lsn1, sync1, c1, rb1 := serverStats()
+			rt, w := float64(r1-r0)/n, float64(w1-w0)/n
+			t.Logf("%s: per TryAcquire+Release: %.2f round trips, %.2f writes, %.0f WAL bytes, %v", s, rt, w, (lsn1-lsn0)/n, took/n)
+			if cost {
+				t.Logf("%s: per TryAcquire+Release: %.3f WAL syncs, %.2f commits, %.2f rollbacks", s, (sync1-sync0)/n, (c1-c0)/n, (rb1-rb0)/n)
+			}
+			if rt > 2 {
+				t.Errorf("%s: %.2f round trips per TryAcquire+Release, want 2", s, rt)
+			}
+		})
+	}
+}
