@@ -236,11 +236,20 @@ type etcdMutexClient struct {
 }
 
 func openEtcdMutex(ctx context.Context, t Target) (Client, error) {
+	return newEtcdMutex(ctx, t, etcdTTLSeconds())
+}
+
+// newEtcdMutex opens the peer with a session of ttl seconds.
+func newEtcdMutex(ctx context.Context, t Target, ttl int64) (*etcdMutexClient, error) {
 	cli, err := dialEtcd(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(etcdTTLSeconds())), concurrency.WithContext(ctx))
+	// The session lives as long as the client (its default context), not
+	// as long as ctx, which only bounds the connection: a session on ctx
+	// would stop its keep-alive when an opener's timeout ends, and its
+	// lease, every lock's, would expire under the holders.
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl)))
 	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("bench: %s: session: %w", t.Name, err)

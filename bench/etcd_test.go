@@ -215,6 +215,29 @@ func TestEtcdMutexPeer(t *testing.T) {
 	}
 }
 
+// The Mutex's session outlives the context it was opened with (an
+// opener's timeout): its lease is still kept alive after more than its TTL.
+func TestEtcdMutexSessionOutlivesOpenContext(t *testing.T) {
+	_, byName := etcdTargets(t)
+	ctx := testenv.Context(t, time.Minute)
+	octx, cancel := context.WithCancel(ctx)
+	ttl := int64(dlocketcd.MinTTL / time.Second)
+	c, err := newEtcdMutex(octx, byName["etcd Mutex"], ttl)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(time.Duration(ttl)*time.Second + 1500*time.Millisecond)
+	h, err := c.Acquire(ctx, "outlives")
+	if err != nil {
+		t.Fatalf("acquire after the open context ended and a TTL passed: %v", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The etcd rows under contention, through the runner and its checker: a
 // handoff of the dlock row and of the Mutex, zero violations (and the
 // dlock row's tokens checked), and the round trip answers.
