@@ -32,22 +32,28 @@ var strategies = map[string][]strategy{
 		{"/version", "strategy=version", "mysql-version-floor"},
 		{"/getlock", "strategy=getlock", "mysql-getlock-floor"},
 	},
+	"etcd": {{"", "", "etcd-floor"}},
 }
 
-var rttImpl = map[string]string{"redis": "redis-rtt", "zookeeper": "zk-rtt", "postgres": "pg-rtt", "mysql": "mysql-rtt"}
+var rttImpl = map[string]string{"redis": "redis-rtt", "zookeeper": "zk-rtt", "postgres": "pg-rtt", "mysql": "mysql-rtt", "etcd": "etcd-rtt"}
 
 // peerImpls are the peers of a server family, in the order of their rows.
 var peerImpls = map[string][]string{
 	"redis":     {"redsync", "redsync tuned", "redislock", "redislock tuned"},
 	"zookeeper": {"zk.Lock"},
+	"etcd":      {"etcd Mutex"},
 }
 
 // peerFloor is the floor the peers of a family are built on and compared
 // with: the unfenced one (redsync and redislock: SET NX PX and a
 // compare-and-delete; zk.Lock: an ephemeral node), while dlock's rows are
 // compared with the fenced floor of their strategy, which also issues
-// dlock's token. Its target is "floor <server> unfenced".
-var peerFloor = map[string]string{"redis": "redis-unfenced-floor", "zookeeper": "zk-unfenced-floor"}
+// dlock's token. Its target is "floor <server> unfenced". etcd's
+// concurrency.Mutex is built on the same transaction as the etcd floor
+// (put-if-absent under a lease, reading the queue's lowest create
+// revision), which gives its create revision whether or not the caller
+// uses it: it is compared with that floor, the one dlock's row has.
+var peerFloor = map[string]string{"redis": "redis-unfenced-floor", "zookeeper": "zk-unfenced-floor", "etcd": "etcd-floor"}
 
 // FamilyOf returns the server family of a dlock URL scheme.
 func FamilyOf(rawURL string) string {
@@ -63,6 +69,8 @@ func FamilyOf(rawURL string) string {
 		return "mysql"
 	case "mem":
 		return "memory"
+	case "etcd", "etcds":
+		return "etcd"
 	}
 	return scheme
 }
@@ -85,7 +93,7 @@ func ServerURL(rawURL string) string {
 		}
 	}
 	u.RawQuery = keep.Encode()
-	if FamilyOf(rawURL) == "zookeeper" {
+	if f := FamilyOf(rawURL); f == "zookeeper" || f == "etcd" {
 		u.Path = ""
 	}
 	return u.String()
@@ -130,6 +138,9 @@ func TargetsFor(s *Server) (targets []Target, skipped map[string]string) {
 	for _, st := range strategies[fam] {
 		t := Target{Name: s.ID + st.suffix, Kind: KindDlock, URL: withQuery(s.URL, st.param), Backend: fam, Server: s.ID, RTT: rtt.Name}
 		t.Floor = floorOf(st.floor, "floor "+s.ID+st.suffix)
+		if fam == "etcd" {
+			t.Note = strings.TrimPrefix(EtcdTTLNote(), "; ")
+		}
 		if !Registered(t.URL) {
 			skipped[t.Name] = fmt.Sprintf("driver for %s:// not built into this binary yet", scheme(t.URL))
 			continue

@@ -94,7 +94,7 @@ func openDlock(ctx context.Context, t Target) (Client, error) {
 	return &dlockClient{
 		l:    dlock.NewLocker(drv),
 		cnt:  cd,
-		opts: &dlock.AcquireOptions{TTL: LeaseTTL},
+		opts: &dlock.AcquireOptions{TTL: rowTTL(l0.Capabilities())},
 	}, nil
 }
 
@@ -109,6 +109,11 @@ func (c *dlockClient) Acquire(ctx context.Context, name string) (Held, error) {
 func (c *dlockClient) Fencing() bool          { return c.l.Capabilities().Fencing }
 func (c *dlockClient) FailedAttempts() uint64 { return c.cnt.failed.Load() }
 func (c *dlockClient) Close() error           { return c.l.Close() }
+
+// rowTTL is the lease a dlock row asks for: LeaseTTL, or the driver's
+// MinTTL when LeaseTTL is shorter (etcd's is 2s: EtcdTTL, whose rows' notes
+// say so), since the portable layer refuses a TTL below it.
+func rowTTL(c driver.Capabilities) time.Duration { return max(LeaseTTL, c.MinTTL) }
 
 type lease struct{ *dlock.Lease }
 

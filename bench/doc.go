@@ -11,14 +11,15 @@
 //     every backend the drivers register is measured through the same
 //     portable API (*dlock.Locker) that applications use;
 //   - KindRTT: the server's raw round trip (Redis PING, ZooKeeper exists,
-//     SELECT 1);
+//     SELECT 1, an etcd linearizable Get);
 //   - KindFloor: the strategy's hand-written floor, the fewest round trips
 //     that take and free the lock on one connection (SET NX PX + EVALSHA
 //     compare-and-delete; create ephemeral + delete; BEGIN; SELECT … FOR
 //     UPDATE + COMMIT; a conditional UPDATE of a lease row; advisory locks;
-//     GET_LOCK);
+//     GET_LOCK; an etcd lease grant + a put-if-absent transaction that reads
+//     the queue's lowest create revision + delete, in etcd.go);
 //   - KindPeer: another library on the same server (redsync,
-//     bsm/redislock, go-zookeeper's zk.Lock).
+//     bsm/redislock, go-zookeeper's zk.Lock, etcd's concurrency.Mutex).
 //
 // TargetsFor lists the targets of a server; Open connects one Client of a
 // target. Each client is a separate user of the lock with its own

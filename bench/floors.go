@@ -22,6 +22,10 @@ func implementations() map[string]opener {
 		"zk-rtt":    openRTT,
 		"pg-rtt":    openRTT,
 		"mysql-rtt": openRTT,
+		// etcd's (etcd.go): the etcd client is the benchmark module's,
+		// never the library's, so they are not internal/floor's.
+		"etcd-rtt":   openEtcdRTT,
+		"etcd-floor": openEtcdFloor,
 	}
 	for impl, p := range peers {
 		m[impl] = p.open
@@ -53,6 +57,9 @@ var floorImpls = map[string]floorImpl{
 // floorNote says what a floor sends and guarantees (floor.About), for the
 // target's note.
 func floorNote(impl string) string {
+	if n, ok := etcdNotes[impl]; ok {
+		return n
+	}
 	f := floorImpls[impl]
 	return floor.About(f.backend, f.strategy)
 }

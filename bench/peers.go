@@ -21,7 +21,7 @@ import (
 )
 
 // The peers: other Go lock libraries, run through the same workloads on
-// the same servers, each as shipped (its defaults, or where its defaults
+// the same servers (concurrency.Mutex, etcd's own, is in etcd.go), each as shipped (its defaults, or where its defaults
 // cannot wait for a lock, what its documentation recommends) and, where
 // those defaults are not its best, tuned: a second row whose name says
 // so. PeerNotes says exactly how each row is configured. All of them are
@@ -47,6 +47,7 @@ var peers = map[string]peer{
 		"a retry every millisecond until the benchmark's context ends"},
 	"zk.Lock": {openZKLock, "go-zookeeper/zk Lock as shipped (ephemeral-sequential recipe with a watch on the " +
 		"predecessor: no retry delay to tune, so no tuned row; no context: a waiter cannot be cancelled)"},
+	"etcd Mutex": {openEtcdMutex, etcdNotes["etcd Mutex"]},
 }
 
 // PeerNotes says how each peer is configured, by its row's name.

@@ -206,6 +206,8 @@ func (s *Server) ReadSettings(ctx context.Context) {
 		}
 	case "zookeeper":
 		s.zkSettings(set)
+	case "etcd":
+		s.etcdSettings(ctx, set)
 	case "postgres", "mysql":
 		conn := pgConn
 		keys := []string{"synchronous_commit", "fsync", "server_version", "shared_buffers", "max_connections"}

@@ -15,7 +15,9 @@ import (
 	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/testenv"
 
-	// The backends dlockbench measures: every driver registers its schemes.
+	// The backends dlockbench measures: every driver registers its schemes
+	// (etcd's, a module of its own, through package bench).
+	_ "github.com/dlock-go/dlock/etcd"
 	_ "github.com/dlock-go/dlock/memory"
 	_ "github.com/dlock-go/dlock/mysql"
 	_ "github.com/dlock-go/dlock/postgres"
@@ -166,6 +168,12 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 		{"zookeeper-fsync", "zookeeper", &backendtest.Options{ForceSync: true}},
 		{"redlock", "redlock", nil},
 		{"redis+cluster", "redis-cluster", nil},
+		// etcd fsyncs every write by default: the "etcd" row measures
+		// that; "etcd-nofsync" runs with --unsafe-no-fsync, labelled,
+		// beside the other servers that run without fsync. Both run
+		// every workload, each with its floor, round trip and peer.
+		{"etcd", "etcd", nil},
+		{"etcd-nofsync", "etcd", &backendtest.Options{UnsafeNoFsync: true}},
 	}
 	startOne := func(ctx context.Context, st starter) (*started, error) {
 		env, err := backendtest.Lookup(st.backend).Start(ctx, st.opts)
@@ -176,8 +184,13 @@ func (e *env) start(ctx context.Context, cfg *config, stderr io.Writer) {
 			return multiNode(st.family, env.URL(""), env.Servers, func() { env.Close() }), nil
 		}
 		r := single(st.family, env)
-		if st.family == "zookeeper-fsync" {
+		switch st.family {
+		case "zookeeper-fsync":
 			fsyncOnly(r)
+		case "etcd":
+			labelEtcd(r, bench.EtcdFsyncNote, "")
+		case "etcd-nofsync":
+			labelEtcd(r, bench.EtcdNoFsyncNote, " nofsync")
 		}
 		return r, nil
 	}
@@ -233,6 +246,26 @@ func fsyncOnly(st *started) {
 	}
 	st.targets = kept
 	delete(st.skipped, "zookeeper-fsync/basic")
+}
+
+// labelEtcd labels the targets of an etcd server with its fsync setting:
+// the dlock row's note, and the peer's, whose name gets suffix (one peer
+// row per server: names are unique in a report).
+func labelEtcd(st *started, note, suffix string) {
+	for i, t := range st.targets {
+		switch t.Kind {
+		case bench.KindDlock:
+			t.Note = note + bench.EtcdTTLNote()
+		case bench.KindPeer:
+			t.Name += suffix
+			t.Note = note + "; " + t.Note
+		case bench.KindFloor, bench.KindRTT:
+			if suffix != "" {
+				t.Note = strings.TrimPrefix(t.Note+"; ", "; ") + note
+			}
+		}
+		st.targets[i] = t
+	}
 }
 
 // fromURLs measures the servers the user named.
