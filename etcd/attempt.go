@@ -144,16 +144,26 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			return ctx.Err()
 		}
 	}
+	// deleted: the predecessor was just deleted, so we are likely first:
+	// try the grant at once, and look for a new predecessor only if a key
+	// below ours is still there (one round trip from the release to the
+	// grant, not two).
+	deleted := false
 	for {
-		resp, err := a.l.cli.Get(ctx, a.queue,
-			append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
-		if err != nil {
-			if err := pause(); err != nil {
-				return nil, err
+		var resp *clientv3.GetResponse
+		if !deleted {
+			var err error
+			resp, err = a.l.cli.Get(ctx, a.queue,
+				append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
+			if err != nil {
+				if err := pause(); err != nil {
+					return nil, err
+				}
+				continue
 			}
-			continue
 		}
-		if len(resp.Kvs) == 0 {
+		if deleted || len(resp.Kvs) == 0 {
+			deleted = false
 			ls, lowest, err := a.grantWaited(ctx)
 			switch {
 			case err == nil && lowest:
@@ -169,45 +179,64 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			}
 			continue
 		}
-		if err := a.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision+1, tick.C); err != nil {
+		gone, err := a.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Kvs[0].CreateRevision, tick.C)
+		if err != nil {
 			return nil, err
 		}
+		deleted = gone
 	}
 }
 
-// waitDelete waits until key is deleted at or after revision rev (or the
-// watch breaks: the caller looks again), renewing our lease on each tick.
-func (a *attempt) waitDelete(ctx context.Context, key string, rev int64, tick <-chan time.Time) error {
+// waitDelete waits until the predecessor key, created at revision
+// createRev, is deleted (or the watch breaks: the caller looks again),
+// renewing our lease on each tick. The watch starts at the current
+// revision, not at a past one: etcd serves a watcher that starts in the
+// past from its "unsynced" group, which it catches up every 100ms, and a
+// queue's revision moves on between our look and the watch whenever it is
+// busy, so a watch from the look's revision waited up to 100ms after the
+// delete. Once the server confirms the watch, a look finds a delete that
+// came before it (the key gone, or its name reused by a later key).
+func (a *attempt) waitDelete(ctx context.Context, key string, createRev int64, tick <-chan time.Time) (gone bool, _ error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := a.l.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	wch := a.l.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for {
 		select {
 		case wr, ok := <-wch:
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return false, ctx.Err()
 			}
 			if !ok || wr.Err() != nil {
-				// No leader, a compacted revision, a broken stream: pause
-				// a moment and look again.
+				// No leader, a broken stream: pause a moment and look
+				// again.
 				select {
 				case <-time.After(50 * time.Millisecond):
 				case <-ctx.Done():
-					return ctx.Err()
+					return false, ctx.Err()
 				}
-				return nil
+				return false, nil
+			}
+			if wr.Created {
+				g, err := a.l.cli.Get(ctx, key)
+				if err != nil {
+					return false, nil // look again
+				}
+				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
+					return true, nil // gone already
+				}
+				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return nil
+					return true, nil
 				}
 			}
 		case <-tick:
 			if err := a.keepAlive(ctx); err != nil {
-				return err
+				return false, err
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }
@@ -231,25 +260,33 @@ func (a *attempt) keepAlive(ctx context.Context) error {
 
 // grantWaited is the grant after waiting, which re-checks what waiting may
 // have cost (Jepsen's etcd 3.4.3 finding: a lease that expired while its
-// owner waited was still granted the lock): it renews the etcd lease first
-// (a lease that is gone fails), then, in one transaction, checks that our
-// key still exists with its create revision and that it is the lowest of
-// the queue. The grant time is the start of the renewal, after which the
-// server holds the lease for a whole TTL. lowest is false when a key below
-// ours appeared (the caller waits again).
+// owner waited was still granted the lock): it renews the etcd lease (a
+// lease that is gone fails) and, in one transaction, checks that our key
+// still exists with its create revision and that it is the lowest of the
+// queue — both requests in flight together, one round trip. Both must
+// succeed: the key was there at the transaction, and its lease was alive
+// at the renewal (an expired lease never comes back, and takes its keys
+// with it), so the server holds both a whole TTL from the renewal's start,
+// which is the grant time. lowest is false when a key below ours appeared
+// (the caller waits again).
 func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool, _ error) {
 	at := time.Now()
-	if _, err := a.l.renewer.renew(ctx, a.id); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			a.abandon()
-			return nil, false, errRequeue
-		}
-		return nil, false, err
-	}
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := a.l.renewer.renew(ctx, a.id)
+		renewed <- err
+	}()
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
 		Then(clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
 		Commit()
+	if rerr := <-renewed; rerr != nil {
+		if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+			a.abandon()
+			return nil, false, errRequeue
+		}
+		return nil, false, rerr
+	}
 	if err != nil {
 		return nil, false, err
 	}
