@@ -98,25 +98,57 @@ func (r *Row) ScalePoint() int {
 // is the target's floor (names only; nil leaves the ratio out). sample
 // reads the target's server counters (nil: none). The row is skipped,
 // with the reason, when nothing could be measured; errors that left some
-// measurement are counted in it.
-func RunScale(ctx context.Context, t Target, floor *Target, w Workload, sample func(context.Context) ServerSample) *Row {
-	var row *Row
-	var err error
-	switch w.Axis {
-	case ScaleNames:
-		row, err = scaleNames(ctx, t, floor, w)
-	case ScaleLeases:
-		row, err = scaleLeases(ctx, t, w)
-	case ScaleWaiters:
-		row, err = scaleWaiters(ctx, t, w, sample)
-	default:
-		err = fmt.Errorf("bench: unknown scale axis %q", w.Axis)
+// measurement are counted in it. A point that does not end within
+// scaleLimit(w) (a driver ignoring its context) is abandoned, its
+// goroutines and connections left behind, and RunScale returns a skipped
+// row and an error wrapping ErrStuck: the target should not be run again.
+func RunScale(ctx context.Context, t Target, floor *Target, w Workload, sample func(context.Context) ServerSample) (*Row, error) {
+	type result struct {
+		row *Row
+		err error
 	}
-	if err != nil {
-		return SkippedRow(t, w, err.Error())
+	done := make(chan result, 1)
+	pctx, cancel := context.WithCancel(ctx)
+	go func() {
+		var r result
+		switch w.Axis {
+		case ScaleNames:
+			r.row, r.err = scaleNames(pctx, t, floor, w)
+		case ScaleLeases:
+			r.row, r.err = scaleLeases(pctx, t, w)
+		case ScaleWaiters:
+			r.row, r.err = scaleWaiters(pctx, t, w, sample)
+		default:
+			r.err = fmt.Errorf("bench: unknown scale axis %q", w.Axis)
+		}
+		done <- r
+	}()
+	limit := scaleLimit(w)
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		cancel()
+		if r.err != nil {
+			return SkippedRow(t, w, r.err.Error()), nil
+		}
+		return r.row, nil
+	case <-timer.C:
+		cancel()
+		err := fmt.Errorf("%w: the point did not end within %v", ErrStuck, limit)
+		return SkippedRow(t, w, err.Error()), err
 	}
-	return row
 }
+
+// scaleLimit is how long a scale point may take: its warm-ups and its
+// measured time, and scaleSlack for connecting, taking 1 000 leases and
+// stopping.
+func scaleLimit(w Workload) time.Duration {
+	return 2*scaleWarmLimit + 3*w.Duration + ScaleLeaseTTL + scaleSlack
+}
+
+// scaleSlack is a variable for tests.
+var scaleSlack = 20 * time.Second
 
 // scaleRow is the row of a scale point with its target's identity.
 func scaleRow(t Target, w Workload) *Row {
@@ -227,8 +259,10 @@ func warmScale(ctx context.Context, n int, client func(g int) Client, names []st
 	return len(names) - int(warmed.Load())
 }
 
-// scaleWarmLimit bounds the warm-up of one side of a names point.
-const scaleWarmLimit = 3 * time.Second
+// scaleWarmLimit bounds the warm-up of one side of a names point: 10 000
+// names take about a second on Redis, more on a SQL strategy, where the
+// names left cold are used cold, on both sides.
+const scaleWarmLimit = 2 * time.Second
 
 // scaleNames measures the names curve's point w: one Locker shared by
 // w.Clients goroutines, and the floor with one client per goroutine,
@@ -353,12 +387,17 @@ func cpuTime() time.Duration {
 // scaleSettle is how long the held leases run before the measured window:
 // the acquisitions' own aftermath (goroutines winding down, the first
 // timers) stays out of it.
-const scaleSettle = 300 * time.Millisecond
+const scaleSettle = 200 * time.Millisecond
+
+// scaleIdle is the idle window of the leases curve (its CPU rate is
+// subtracted; the held window lasts one refresh period, ScaleLeaseTTL/3,
+// so that every lease is refreshed once in it whatever its phase).
+const scaleIdle = 500 * time.Millisecond
 
 // scaleLeases measures the leases curve's point w: the process CPU time
-// over a window of w.Duration with w.Names leases held by one Locker,
-// minus the same window with the Locker open and idle, as a share of one
-// core. Nothing else of the benchmark runs meanwhile (the scale curves
+// over one refresh period with w.Names leases held by one Locker, minus
+// that of scaleIdle with the Locker open and idle (each as a rate), as a
+// share of one core. Nothing else of the benchmark runs meanwhile (the scale curves
 // run one at a time, after every other workload), so the process's CPU
 // time is the Locker's and the runtime's, and the idle window takes the
 // runtime's away.
@@ -387,7 +426,7 @@ func scaleLeases(ctx context.Context, t Target, w Workload) (*Row, error) {
 	}
 	c0 := cpuTime()
 	t0 := time.Now()
-	if !sleepCtx(ctx, w.Duration) {
+	if !sleepCtx(ctx, scaleIdle) {
 		return nil, ctx.Err()
 	}
 	idle := cpuTime() - c0
@@ -445,7 +484,8 @@ func scaleLeases(ctx context.Context, t Target, w Workload) (*Row, error) {
 	}
 	c1 := cpuTime()
 	t1 := time.Now()
-	if !sleepCtx(ctx, w.Duration) {
+	window := ttl / 3
+	if !sleepCtx(ctx, window) {
 		return nil, ctx.Err()
 	}
 	busy := cpuTime() - c1
@@ -464,7 +504,8 @@ func scaleLeases(ctx context.Context, t Target, w Workload) (*Row, error) {
 	row.CorePctDefaultTTL = &dflt
 	row.Params["lease_ttl"] = ttl.String()
 	row.Params["refresh_every"] = (ttl / 3).String()
-	row.Params["window"] = w.Duration.String()
+	row.Params["window"] = window.String()
+	row.Params["duration"] = window.String()
 	row.Errors, row.LastError = st.errors.Load(), st.lastErr
 	if held < w.Names {
 		row.Note = joinNote(row.Note, fmt.Sprintf("held %d of %d leases (%s)", held, w.Names, st.lastErr))

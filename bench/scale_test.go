@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -105,8 +106,8 @@ func TestScaleCurvesOnMemory(t *testing.T) {
 	tg := MemoryTarget()
 	var rows []*Row
 	for _, w := range scaleWorkloads(200 * time.Millisecond) {
-		r := RunScale(ctx, tg, nil, w, nil)
-		if r.Skipped != "" {
+		r, err := RunScale(ctx, tg, nil, w, nil)
+		if err != nil || r.Skipped != "" {
 			t.Fatalf("%s skipped: %s", w.Label(), r.Skipped)
 		}
 		if r.Violations != 0 || r.FencingViolations != 0 {
@@ -168,19 +169,48 @@ func TestScaleOnRedis(t *testing.T) {
 		}
 	}
 	ctx := ctxT(t, 2*time.Minute)
-	names := RunScale(ctx, dl, &floor, Workload{Kind: Scale, Axis: ScaleNames, Clients: 8, Names: 100, Duration: 300 * time.Millisecond}, nil)
+	names, _ := RunScale(ctx, dl, &floor, Workload{Kind: Scale, Axis: ScaleNames, Clients: 8, Names: 100, Duration: 300 * time.Millisecond}, nil)
 	if names.Skipped != "" || names.RateToFloor == nil || names.RateToFloor.Median <= 0 || names.FloorRate == nil {
 		t.Fatalf("names: skipped %q, ratio %+v", names.Skipped, names.RateToFloor)
 	}
 	if names.Violations != 0 || names.FencingViolations != 0 {
 		t.Errorf("names: violations %d/%d", names.Violations, names.FencingViolations)
 	}
-	waiters := RunScale(ctx, dl, nil, Workload{Kind: Scale, Axis: ScaleWaiters, Clients: 4, Names: 1, Hold: time.Millisecond,
+	waiters, _ := RunScale(ctx, dl, nil, Workload{Kind: Scale, Axis: ScaleWaiters, Clients: 4, Names: 1, Hold: time.Millisecond,
 		Duration: 300 * time.Millisecond}, s.Sample)
 	if waiters.Skipped != "" || waiters.Grants == 0 || waiters.ServerCmdsPerGrant <= 0 {
 		t.Fatalf("waiters: skipped %q, %d grants, %v commands per grant", waiters.Skipped, waiters.Grants, waiters.ServerCmdsPerGrant)
 	}
 	if waiters.Violations != 0 || waiters.FencingViolations != 0 {
 		t.Errorf("waiters: violations %d/%d", waiters.Violations, waiters.FencingViolations)
+	}
+}
+
+func init() {
+	// Registered for good: the abandoned goroutines of the stuck point may
+	// still read it.
+	openers["test-scale-stuck"] = func(context.Context, Target) (Client, error) { return &stuckClient{}, nil }
+}
+
+// stuckClient's Acquire never returns: a driver that ignores its context.
+type stuckClient struct{ altClient }
+
+func (*stuckClient) Acquire(context.Context, string) (Held, error) { select {} }
+
+// TestScaleAbandonsAStuckPoint: a point whose clients never return ends at
+// its limit with a skipped row and ErrStuck, so the run goes on.
+func TestScaleAbandonsAStuckPoint(t *testing.T) {
+	old := scaleSlack
+	scaleSlack = 200 * time.Millisecond
+	defer func() { scaleSlack = old }()
+	tg := Target{Name: "stuck", Kind: KindPeer, Impl: "test-scale-stuck", Backend: "test"}
+	w := Workload{Kind: Scale, Axis: ScaleWaiters, Clients: 2, Names: 1, Hold: time.Millisecond, Duration: 50 * time.Millisecond}
+	start := time.Now()
+	row, err := RunScale(ctxT(t, time.Minute), tg, nil, w, nil)
+	if !errors.Is(err, ErrStuck) || row.Skipped == "" {
+		t.Fatalf("err %v, skipped %q; want ErrStuck and a skipped row (%+v)", err, row.Skipped, row)
+	}
+	if el := time.Since(start); el > scaleLimit(w)+time.Second {
+		t.Errorf("took %v, limit %v", el, scaleLimit(w))
 	}
 }

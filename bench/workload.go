@@ -193,10 +193,10 @@ func Plan(o PlanOptions) []Workload {
 		}
 	}
 	if want(Scale) {
-		// One point: 1.2 s (names: 3 rounds of 200 ms for dlock and for
-		// its floor; leases: a 1.2 s window held and one idle; waiters:
-		// 1.2 s), 300 ms with -quick.
-		ws = append(ws, scaleWorkloads(d(1200*time.Millisecond, 300*time.Millisecond))...)
+		// One point: 600 ms (names: 3 rounds of 100 ms for dlock and for
+		// its floor; waiters: 600 ms), 300 ms with -quick; the leases
+		// curve measures one refresh period (1 s) whatever the duration.
+		ws = append(ws, scaleWorkloads(d(600*time.Millisecond, 300*time.Millisecond))...)
 	}
 	return ws
 }

@@ -251,7 +251,12 @@ func (m *measurer) scale(ctx context.Context, w bench.Workload) []*bench.Row {
 				}
 			}
 		}
-		rows = append(rows, bench.RunScale(ctx, t, floor, w, sampler(m.e, t, false)))
+		row, err := bench.RunScale(ctx, t, floor, w, sampler(m.e, t, false))
+		if err != nil {
+			// Each further point would wait out the same limit.
+			m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
+		}
+		rows = append(rows, row)
 	}
 	return rows
 }
