@@ -148,11 +148,13 @@ func scaleLimit(w Workload) time.Duration {
 }
 
 // scaleSlack is a variable for tests.
-var scaleSlack = 20 * time.Second
+var scaleSlack = 10 * time.Second
 
-// scaleRow is the row of a scale point with its target's identity.
+// scaleRow is the row of a scale point with its target's identity. Its
+// note is the point's own (the target's is in its other rows), so that
+// the curves' notes say what happened at each point.
 func scaleRow(t Target, w Workload) *Row {
-	return &Row{Backend: t.Name, Family: t.Backend, Server: t.Server, Kind: t.Kind, URL: t.RedactedURL(), Note: t.Note,
+	return &Row{Backend: t.Name, Family: t.Backend, Server: t.Server, Kind: t.Kind, URL: t.RedactedURL(),
 		Workload: w.Kind, Label: w.Label(), Params: w.Params(), Procs: 1,
 		ServerCmdsPerGrant: -1, ServerCPUPerGrantNs: -1}
 }
@@ -179,24 +181,28 @@ func (s *loopStats) fail(err error) {
 // closedLoop runs n goroutines for d, goroutine g acquiring and releasing
 // with client(g) the names pick(g, k) gives for its k-th operation and
 // holding each grant for hold. Each grant goes through chk (nil: none)
-// at the name's index. It returns when every goroutine has stopped.
+// at the name's index. It returns when every goroutine has stopped: a
+// goroutine starts no operation after d, and the one it is in finishes
+// (each bounded by opTimeout): cancelling it would break connections
+// that do not survive a cancelled query (a floor's MySQL connection).
 func closedLoop(ctx context.Context, n int, d, hold time.Duration, client func(g int) Client,
 	names []string, pick func(g, k int) int, chk *Checker, fenced bool, st *loopStats) time.Duration {
-	lctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
 	start := time.Now()
+	stop := start.Add(d)
 	var wg sync.WaitGroup
 	for g := range n {
 		wg.Go(func() {
 			c := client(g)
-			for k := 0; lctx.Err() == nil; k++ {
+			for k := 0; ctx.Err() == nil && time.Now().Before(stop); k++ {
 				i := pick(g, k)
+				actx, cancel := context.WithTimeout(ctx, opTimeout)
 				s0 := Now()
-				h, err := c.Acquire(lctx, names[i])
+				h, err := c.Acquire(actx, names[i])
+				cancel()
 				if err != nil {
-					if lctx.Err() == nil {
+					if ctx.Err() == nil {
 						st.fail(err)
-						sleepCtx(lctx, time.Millisecond)
+						sleepCtx(ctx, time.Millisecond)
 					}
 					continue
 				}
@@ -238,19 +244,22 @@ func cycle(n, names int) func(g, k int) int {
 // (the "uncontended fresh" rows measure that). Names left cold when the
 // limit ends are used cold, and the note says how many.
 func warmScale(ctx context.Context, n int, client func(g int) Client, names []string, limit time.Duration) int {
-	wctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
+	stop := time.Now().Add(limit)
 	var warmed atomic.Int64
 	var wg sync.WaitGroup
 	for g := range n {
 		wg.Go(func() {
 			c := client(g)
-			for j := g; j < len(names) && wctx.Err() == nil; j += n {
-				h, err := c.Acquire(wctx, names[j])
+			for j := g; j < len(names) && ctx.Err() == nil && time.Now().Before(stop); j += n {
+				actx, cancel := context.WithTimeout(ctx, opTimeout)
+				h, err := c.Acquire(actx, names[j])
+				if err == nil {
+					err = h.Release(actx)
+				}
+				cancel()
 				if err != nil {
 					return
 				}
-				_ = h.Release(wctx)
 				warmed.Add(1)
 			}
 		})
@@ -262,7 +271,7 @@ func warmScale(ctx context.Context, n int, client func(g int) Client, names []st
 // scaleWarmLimit bounds the warm-up of one side of a names point: 10 000
 // names take about a second on Redis, more on a SQL strategy, where the
 // names left cold are used cold, on both sides.
-const scaleWarmLimit = 2 * time.Second
+const scaleWarmLimit = time.Second
 
 // scaleNames measures the names curve's point w: one Locker shared by
 // w.Clients goroutines, and the floor with one client per goroutine,
