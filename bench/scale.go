@@ -148,7 +148,7 @@ func scaleLimit(w Workload) time.Duration {
 }
 
 // scaleSlack is a variable for tests.
-var scaleSlack = 10 * time.Second
+var scaleSlack = 5 * time.Second
 
 // scaleRow is the row of a scale point with its target's identity. Its
 // note is the point's own (the target's is in its other rows), so that
