@@ -271,7 +271,7 @@ func warmScale(ctx context.Context, n int, client func(g int) Client, names []st
 // scaleWarmLimit bounds the warm-up of one side of a names point: 10 000
 // names take about a second on Redis, more on a SQL strategy, where the
 // names left cold are used cold, on both sides.
-const scaleWarmLimit = time.Second
+const scaleWarmLimit = 500 * time.Millisecond
 
 // scaleNames measures the names curve's point w: one Locker shared by
 // w.Clients goroutines, and the floor with one client per goroutine,
