@@ -125,7 +125,8 @@ func (w Workload) Params() map[string]any {
 type PlanOptions struct {
 	// Kinds selects workload kinds (nil: all).
 	Kinds []string
-	// Quick shortens every measurement for a run of under two minutes.
+	// Quick shortens every measurement: under two minutes without the
+	// scale curves.
 	Quick bool
 	// Scale multiplies every duration (0 means 1).
 	Scale float64

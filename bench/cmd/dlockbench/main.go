@@ -10,7 +10,7 @@
 //
 // Flags:
 //
-//	-quick          a run of under two minutes (shorter measurements, 3 rounds)
+//	-quick          a short run (shorter measurements, 3 rounds; under two minutes without -workload scale)
 //	-rounds N       rounds per workload (default 6, 3 with -quick): in each round
 //	                every target runs one slice of the workload, the targets
 //	                alternating, and every figure is the median of the rounds
@@ -118,7 +118,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	c := &config{}
 	var workloads, backends string
-	fs.BoolVar(&c.quick, "quick", false, "a run of under two minutes")
+	fs.BoolVar(&c.quick, "quick", false, "a short run: shorter measurements, 3 rounds")
 	fs.StringVar(&workloads, "workload", "all", "comma-separated workloads: "+strings.Join(bench.Kinds, ","))
 	fs.StringVar(&backends, "backend", "", "only targets whose name or server starts with one of these (comma-separated)")
 	fs.IntVar(&c.procs, "procs", 1, "run the clients as N processes (re-executing this program)")
