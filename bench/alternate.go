@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -198,6 +199,8 @@ type alternate struct {
 	// hasCommands and hasCPU: every sample of the round had the counter.
 	hasCommands, hasCPU, sampled bool
 	slices                       int // slices run, for sampleEvery
+	// used counts the fresh names used (Workload.Fresh).
+	used uint64
 }
 
 // The server's counters are read around every sampleEvery-th slice of a
@@ -403,9 +406,18 @@ func (a *alternate) failed(ctx context.Context, err error) error {
 // (the grant was made).
 func (a *alternate) op(ctx context.Context, w Workload) error {
 	res := a.cur
+	name, fenced := a.name, a.fenced
+	if w.Fresh {
+		// A name no client has used: the target's own name with a
+		// sequence number. Its one holder has no predecessor whose token
+		// its own must exceed (tokens are per name on most backends, so a
+		// fresh name's may well be lower than the last name's).
+		a.used++
+		name, fenced = a.name+"-f"+strconv.FormatUint(a.used, 36), false
+	}
 	actx, cancel := context.WithTimeout(ctx, opTimeout)
 	s0 := Now()
-	h, err := a.c.Acquire(actx, a.name)
+	h, err := a.c.Acquire(actx, name)
 	got := Now()
 	cancel()
 	if err != nil {
@@ -415,7 +427,7 @@ func (a *alternate) op(ctx context.Context, w Workload) error {
 	record(res.Acquire, lat)
 	res.MaxWait = max(res.MaxWait, lat)
 	// One client: nobody hands the name over, so there is no handoff.
-	a.chk.Enter(0, h.Token(), a.fenced, s0, got)
+	a.chk.Enter(0, h.Token(), fenced, s0, got)
 	res.Grants[0]++
 	if w.Hold > 0 {
 		h0 := Now()

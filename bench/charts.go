@@ -140,7 +140,7 @@ func (f facet) sort(bars []chartBar) {
 // charts builds the figures of the HTML report, in page order; a figure
 // whose workloads did not run is left out.
 func (rep *Report) charts() []figure {
-	facets := []facet{uncontendedFacet()}
+	facets := []facet{uncontendedFacet(), freshFacet()}
 	for _, hold := range rep.handoffHolds() {
 		facets = append(facets, handoffRateFacet(hold), handoffLatencyFacet(hold))
 	}
@@ -152,7 +152,7 @@ func (rep *Report) charts() []figure {
 			out = append(out, fig)
 		}
 	}
-	return out
+	return append(out, rep.scaleCharts(colours)...)
 }
 
 // seriesColours gives every target one colour on the whole page: its
@@ -300,13 +300,24 @@ func uncontendedFacet() facet {
 		caption: "One client, acquire then release in a loop on one name. Each bar is the lock use (acquire p50 + release p50), " +
 			"median over the rounds with its interval; beside each server's raw round trip (rtt) and each strategy's " +
 			"hand-written floor, which gives the same guarantees. The right-hand column is the lock use over the floor's, paired per round.",
-		rows:      func(r *Row) bool { return r.Workload == Uncontended },
+		rows:      func(r *Row) bool { return r.Workload == Uncontended && !r.IsFresh() },
 		toBar:     func(r *Row) (chartBar, string) { return useBar(r) },
 		axis:      "lock use (acquire + release p50), lower is better",
 		format:    durTick,
 		rightHead: "×floor (interval)",
 		marks:     []string{"whisker"},
 	}
+}
+
+func freshFacet() facet {
+	f := uncontendedFacet()
+	f.id = "uncontended-fresh"
+	f.title = "Uncontended on fresh names: the cost of a name's first use"
+	f.caption = "As above, but every operation locks a name never used before (orders/42, orders/43…), for dlock, its floor and " +
+		"the peers alike: what the first use of a name costs (a subscription, an inserted row, a parent node) is in the bar. " +
+		"The right-hand column is the lock use over the floor's on fresh names, paired per round."
+	f.rows = func(r *Row) bool { return r.IsFresh() }
+	return f
 }
 
 func useBar(r *Row) (chartBar, string) {

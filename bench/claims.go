@@ -313,7 +313,7 @@ func paragraph(rep *Report, safety []SafetyRow) string {
 			continue
 		}
 		switch {
-		case r.Workload == Uncontended:
+		case r.Workload == Uncontended && !r.IsFresh():
 			e := useEntry(r)
 			if e.v <= 0 {
 				continue

@@ -27,8 +27,10 @@
 //
 // # Workloads, rounds and the runner
 //
-// Plan returns the workloads (uncontended, many keys, handoff, fairness,
-// open loop). Every figure is measured in rounds, the targets taking
+// Plan returns the workloads (uncontended on one name and on fresh names,
+// many keys, handoff, fairness, open loop, and the scale curves of
+// scale.go: one Locker as its names, leases and waiters grow, measured by
+// RunScale). Every figure is measured in rounds, the targets taking
 // turns within each, so that a burst of load on the machine lands on all
 // of them alike:
 //

@@ -158,9 +158,12 @@ func applicableOf(r *Row) applicable {
 	// A round trip has nothing to release.
 	released := granted && r.Kind != KindRTT
 	hand := measured && contended(r.Workload)
+	// The scale curves measure rates, CPU and commands, no latency.
+	timed := granted && r.Workload != Scale
+	released = released && timed
 	f := applicable{
 		Procs: some(r.Procs, measured),
-		P50:   some(r.P50, granted), P99: some(r.P99, granted), P999: some(r.P999, granted),
+		P50:   some(r.P50, timed), P99: some(r.P99, timed), P999: some(r.P999, timed),
 		ReleaseP50: some(r.ReleaseP50, released), ReleaseP99: some(r.ReleaseP99, released),
 		ReleaseP999: some(r.ReleaseP999, released),
 		Grants:      some(r.Grants, measured),
@@ -173,7 +176,7 @@ func applicableOf(r *Row) applicable {
 		HandoffP99:  some(r.HandoffP99, hand && r.Handoffs > 0),
 		// One client's share of the grants is always all of them.
 		Jain:       some(r.Jain, granted && r.Workload != Uncontended),
-		MaxWait:    some(r.MaxWait, granted),
+		MaxWait:    some(r.MaxWait, timed),
 		Violations: some(r.Violations, checked),
 		// Tokens are checked where the driver promises fencing.
 		FencingViolations:   some(r.FencingViolations, checked && r.Kind == KindDlock && (r.Caps == nil || r.Caps.Fencing)),
@@ -183,7 +186,8 @@ func applicableOf(r *Row) applicable {
 		ServerCPUPerGrantNs: some(r.ServerCPUPerGrantNs, granted && r.ServerCPUPerGrantNs >= 0),
 	}
 	// A row built from one result has no interval: it is one round.
-	if f.Rate == nil && measured {
+	// A lease held is no grant per second (the leases curve).
+	if f.Rate == nil && measured && !(r.Workload == Scale && r.Params["axis"] == ScaleLeases) {
 		f.Rate = one(r.GrantsPerSec)
 	}
 	if r.Workload == Uncontended && granted {
@@ -269,7 +273,7 @@ func headline(r *Row, f applicable) []*stats.Interval {
 	if r.Workload == Uncontended {
 		ivs = []*stats.Interval{f.Use, r.ToFloor, r.ToRTT, r.ToPeer}
 	} else {
-		ivs = []*stats.Interval{f.Rate, r.Ideal, r.ToIdeal, r.ToPeer, r.RoundP99}
+		ivs = []*stats.Interval{f.Rate, r.Ideal, r.ToIdeal, r.ToPeer, r.RoundP99, r.RateToFloor}
 	}
 	out := ivs[:0]
 	for _, iv := range ivs {
@@ -298,6 +302,8 @@ var csvIntervals = []struct {
 	{"ratio_to_rtt", func(r *Row, _ applicable) *stats.Interval { return r.ToRTT }},
 	{"ratio_to_peer", func(r *Row, _ applicable) *stats.Interval { return r.ToPeer }},
 	{"acquire_p99_of_rounds_ns", func(r *Row, _ applicable) *stats.Interval { return r.RoundP99 }},
+	{"floor_grants_per_sec", func(r *Row, _ applicable) *stats.Interval { return r.FloorRate }},
+	{"ratio_rate_to_floor", func(r *Row, _ applicable) *stats.Interval { return r.RateToFloor }},
 }
 
 // csvHeader returns report.csv's header: every numeric column's name
@@ -311,7 +317,8 @@ func csvHeader() []string {
 	return append(h, "interval_confidence", "interval_wide",
 		"hold_ns", "baseline_rtt_ns", "floor", "floor_ns", "peer",
 		"handoffs", "handoff_p50_ns", "handoff_p99_ns", "jain", "max_wait_ns", "violations", "fencing_violations",
-		"failed_attempts_per_grant", "errors", "server_cmds_per_grant", "server_cpu_per_grant_ns", "skipped")
+		"failed_attempts_per_grant", "errors", "server_cmds_per_grant", "server_cpu_per_grant_ns",
+		"keepalive_core_pct", "keepalive_default_ttl_core_pct", "skipped")
 }
 
 // cell formats a figure for report.csv: an empty cell when it does not apply.
@@ -381,7 +388,7 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 			cell(f.HoldNs), cell(f.BaselineRTT), r.Floor, cell(f.FloorNs), r.Peer,
 			cell(f.Handoffs), cell(f.HandoffP50), cell(f.HandoffP99), cell(f.Jain), cell(f.MaxWait),
 			cell(f.Violations), cell(f.FencingViolations), cell(f.FailedPerGrant), cell(f.Errors),
-			cell(f.ServerCmdsPerGrant), cell(f.ServerCPUPerGrantNs), r.Skipped)
+			cell(f.ServerCmdsPerGrant), cell(f.ServerCPUPerGrantNs), cell(r.CorePct), cell(r.CorePctDefaultTTL), r.Skipped)
 		if err := cw.Write(line); err != nil {
 			return err
 		}

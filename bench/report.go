@@ -112,6 +112,17 @@ type Row struct {
 	Latency    [][2]float64 `json:"latency_percentiles_ns,omitempty"`
 	HandoffCDF [][2]float64 `json:"handoff_cdf_ns,omitempty"`
 
+	// The scale curves (scale.go). FloorRate is the floor's grants/s at
+	// the same concurrency and names, and RateToFloor this row's grants/s
+	// over it, paired per round (names; higher is better). CorePct is the
+	// share of one core (%) that the held leases cost, at the lease TTL
+	// in Params; CorePctDefaultTTL the same scaled to dlock.DefaultTTL's
+	// refreshes per second (leases).
+	FloorRate         *stats.Interval `json:"floor_grants_per_sec,omitempty"`
+	RateToFloor       *stats.Interval `json:"ratio_rate_to_floor,omitempty"`
+	CorePct           *float64        `json:"keepalive_core_pct,omitempty"`
+	CorePctDefaultTTL *float64        `json:"keepalive_default_ttl_core_pct,omitempty"`
+
 	// Skipped says why the row was not measured.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -301,9 +312,16 @@ func Finalize(rows []*Row, targets []Target) {
 	for _, t := range targets {
 		byName[t.Name] = t
 	}
-	uncontended := map[string]*Row{}
+	// The references of a row on fresh names are the floor's and the
+	// round trip's on fresh names; every other row's are those on one
+	// name (the handoff's ideal among them).
+	uncontended, fresh := map[string]*Row{}, map[string]*Row{}
 	for _, r := range rows {
-		if r.Workload == Uncontended && r.Skipped == "" {
+		switch {
+		case r.Workload != Uncontended || r.Skipped != "":
+		case r.IsFresh():
+			fresh[r.Backend] = r
+		default:
 			uncontended[r.Backend] = r
 		}
 	}
@@ -313,7 +331,11 @@ func Finalize(rows []*Row, targets []Target) {
 			continue
 		}
 		t := byName[r.Backend]
-		rtt, floor := uncontended[t.RTT], uncontended[t.Floor]
+		refs := uncontended
+		if r.IsFresh() {
+			refs = fresh
+		}
+		rtt, floor := refs[t.RTT], refs[t.Floor]
 		if rtt != nil {
 			r.BaselineRTT = rtt.useNs()
 		}

@@ -171,6 +171,14 @@ func (rep *Report) WriteTable(w io.Writer) {
 					optional(f.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
 					optional(f.FailedPerGrant, twoDecimals), viol(f)}
 			}
+		case Scale:
+			head = []string{"grants/s", "floor/s", "rate×floor", "core %", "core % at 30s TTL", "failed/grant", "cmds/grant", "viol"}
+			pct := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+			cells = func(r *Row, f applicable) []string {
+				return []string{l.interval(f.Rate, rate), l.interval(r.FloorRate, rate), ratioIv(r.RateToFloor),
+					optional(r.CorePct, pct), optional(r.CorePctDefaultTTL, pct),
+					optional(f.FailedPerGrant, twoDecimals), optional(f.ServerCmdsPerGrant, twoDecimals), viol(f)}
+			}
 		case OpenLoop:
 			head = []string{"offered/s", "grants/s", "lat p50", "lat p99", "round p99", "lat p99.9", "max", "rel p50", "viol"}
 			cells = func(r *Row, f applicable) []string {
@@ -211,7 +219,7 @@ func viol(f applicable) string {
 }
 
 func paramLine(p map[string]any) string {
-	keys := []string{"clients", "names", "hold", "work", "duration", "load", "rounds"}
+	keys := []string{"clients", "names", "hold", "work", "duration", "load", "rounds", "lease_ttl", "window"}
 	var parts []string
 	for _, k := range keys {
 		if v, ok := p[k]; ok {

@@ -282,7 +282,10 @@ func rateEntry(r *Row) entry {
 // contender reports whether a row may win: a dlock row, measured, without
 // violations, not the in-process memory driver.
 func contender(r *Row) bool {
-	return r.Kind == KindDlock && r.Skipped == "" && r.Violations == 0 && r.FencingViolations == 0 && r.Family != "memory"
+	// The scale curves compare each Locker with itself and its floor as
+	// its work grows, not the backends with each other.
+	return r.Kind == KindDlock && r.Skipped == "" && r.Violations == 0 && r.FencingViolations == 0 && r.Family != "memory" &&
+		r.Workload != Scale
 }
 
 // rank sorts entries best first and splits them: winners (the best and
@@ -343,7 +346,7 @@ func decideWorkload(rep *Report, label string) (*WorkloadVerdict, bool) {
 	var fig func(*Row) entry
 	var desc string
 	for _, r := range rep.Rows {
-		if r.Label != label || r.Kind != KindDlock || r.Skipped != "" {
+		if r.Label != label || r.Kind != KindDlock || r.Skipped != "" || r.Workload == Scale {
 			continue
 		}
 		if fig == nil {
@@ -494,7 +497,7 @@ func safetyRows(rep *Report, faults map[string]int) []SafetyRow {
 			s.Waiters, s.FreedAfterCrash, s.LostLease = waiters(c.Wait), freedAfterCrash(c), lostLease(c)
 		}
 		switch {
-		case r.Workload == Uncontended:
+		case r.Workload == Uncontended && !r.IsFresh():
 			s.UseNs = float64(r.useNs())
 		case r.Label == SafetyHandoff:
 			s.HandoffPerSec = rateEntry(r).v

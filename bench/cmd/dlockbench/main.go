@@ -10,12 +10,12 @@
 //
 // Flags:
 //
-//	-quick          a run of under two minutes (shorter measurements, 3 rounds)
+//	-quick          a short run (shorter measurements, 3 rounds; under two minutes without -workload scale)
 //	-rounds N       rounds per workload (default 6, 3 with -quick): in each round
 //	                every target runs one slice of the workload, the targets
 //	                alternating, and every figure is the median of the rounds
 //	                with a confidence interval (95 % from 6 rounds on)
-//	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop (default all)
+//	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop,scale (default all)
 //	-backend LIST   only targets whose name or server starts with one of these (e.g. redis,postgres/advisory,memory)
 //	-procs N        run the clients as N separate processes (this program re-executed) instead of goroutines
 //	-url URL        a dlock URL to measure (repeatable); its server's floor, round trip and peers run too
@@ -118,7 +118,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	c := &config{}
 	var workloads, backends string
-	fs.BoolVar(&c.quick, "quick", false, "a run of under two minutes")
+	fs.BoolVar(&c.quick, "quick", false, "a short run: shorter measurements, 3 rounds")
 	fs.StringVar(&workloads, "workload", "all", "comma-separated workloads: "+strings.Join(bench.Kinds, ","))
 	fs.StringVar(&backends, "backend", "", "only targets whose name or server starts with one of these (comma-separated)")
 	fs.IntVar(&c.procs, "procs", 1, "run the clients as N processes (re-executing this program)")

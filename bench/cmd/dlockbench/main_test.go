@@ -47,8 +47,14 @@ func TestQuickSmoke(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 1 || rep.Rows[0].Backend != "memory" || rep.Rows[0].Grants == 0 {
-		t.Fatalf("report rows = %+v, want one measured memory row", rep.Rows)
+	// One row on one name, one on fresh names.
+	if len(rep.Rows) != 2 {
+		t.Fatalf("report has %d rows, want the memory rows of uncontended and %s", len(rep.Rows), bench.FreshLabel)
+	}
+	for i, label := range []string{bench.Uncontended, bench.FreshLabel} {
+		if r := rep.Rows[i]; r.Backend != "memory" || r.Label != label || r.Grants == 0 {
+			t.Fatalf("row %d = %s on %q with %d grants, want memory measured on %q", i, r.Backend, r.Label, r.Grants, label)
+		}
 	}
 	if rep.Rounds != 3 || rep.Load == nil {
 		t.Errorf("report: %d rounds, load %+v; want -quick's 3 rounds and the machine's load", rep.Rounds, rep.Load)

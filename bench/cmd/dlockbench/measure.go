@@ -82,7 +82,7 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		case bench.Uncontended:
 			say("%s", w.Kind)
 			out[i] = m.alternate(ctx, w)
-		case bench.OpenLoop:
+		case bench.OpenLoop, bench.Scale:
 		default:
 			together = append(together, m.begin(i, w))
 		}
@@ -112,6 +112,13 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 			m.runRound(ctx, c, round)
 		}
 		out[i] = m.finish(c)
+	}
+	for i, w := range plan {
+		if w.Kind != bench.Scale || ctx.Err() != nil {
+			continue
+		}
+		say("%s", w.Label())
+		out[i] = m.scale(ctx, w)
 	}
 	m.pb.clear()
 	var rows []*bench.Row
@@ -157,6 +164,12 @@ func (m *measurer) estimate(plan []bench.Workload) {
 			m.steps++
 			m.total += time.Duration(n) * (w.Duration + runOverhead)
 			continue
+		case w.Kind == bench.Scale:
+			n = len(m.scaleTargets())
+			m.steps += n
+			// The leases curve measures an idle window as well.
+			m.total += time.Duration(n) * (2*w.Duration + runOverhead)
+			continue
 		case w.Kind == bench.ManyKeys && w.Clients == capClients():
 			capacity = true
 		case w.Kind == bench.OpenLoop && !capacity && !probed:
@@ -197,6 +210,51 @@ func (m *measurer) alternate(ctx context.Context, w bench.Workload) []*bench.Row
 			row = bench.SkippedRow(t, w, why[t.Name])
 		default:
 			row = m.aggregate(t, w, results[t.Name], nil)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// scaleTargets are the targets of the scale curves: dlock's (one Locker
+// each; the peers have no Locker to grow).
+func (m *measurer) scaleTargets() []bench.Target {
+	var out []bench.Target
+	for _, t := range m.targets(bench.Scale) {
+		if t.Kind == bench.KindDlock {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// scale measures one point of a scale curve on every dlock target, one
+// after another (the leases curve reads this process's CPU time, so
+// nothing else may run beside it), the names curve beside each target's
+// floor.
+func (m *measurer) scale(ctx context.Context, w bench.Workload) []*bench.Row {
+	var rows []*bench.Row
+	for _, t := range m.scaleTargets() {
+		if ctx.Err() != nil {
+			break
+		}
+		if why, ok := m.broken[t.Name]; ok {
+			rows = append(rows, bench.SkippedRow(t, w, "not run after an earlier failure: "+why))
+			continue
+		}
+		m.show(t.Name+" · "+w.Label(), 2*w.Duration+runOverhead)
+		var floor *bench.Target
+		if w.Axis == bench.ScaleNames {
+			for _, f := range m.e.targets {
+				if f.Name == t.Floor && f.Kind == bench.KindFloor {
+					floor = &f
+				}
+			}
+		}
+		row, err := bench.RunScale(ctx, t, floor, w, sampler(m.e, t, false))
+		if err != nil {
+			// Each further point would wait out the same limit.
+			m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
 		}
 		rows = append(rows, row)
 	}
