@@ -66,7 +66,8 @@ type gateWaiter struct {
 }
 
 // gatePass is an admitted attempt, the head of its name; a hold keeps its
-// pass (its reference to the entry) until ungate.
+// pass (its reference to the entry) until ungate. Nobody uses a pass after
+// it gave its reference back: the entry may be recycled then.
 type gatePass struct {
 	s *gateShard
 	e *gateEntry
@@ -83,12 +84,18 @@ func (g *gates) shard(name string) *gateShard {
 	return &g.shards[maphash.String(g.seed, name)%gateShards]
 }
 
+// entries recycles idle entries: a name's first use costs no allocation.
+// An entry is put back only when nothing refers to it any more (refs 0:
+// no pass, no hold, no local waiter).
+var entries = sync.Pool{New: func() any { return new(gateEntry) }}
+
 // entryLocked returns name's entry, making it, with one more reference.
 // s.mu is held.
 func (s *gateShard) entryLocked(name string) *gateEntry {
 	e := s.m[name]
 	if e == nil {
-		e = &gateEntry{name: name}
+		e = entries.Get().(*gateEntry)
+		e.name = name
 		e.holds = e.hold1[:0]
 		s.m[name] = e
 	}
@@ -99,8 +106,10 @@ func (s *gateShard) entryLocked(name string) *gateEntry {
 // unrefLocked drops one reference, removing an idle entry. s.mu is held.
 func (s *gateShard) unrefLocked(e *gateEntry) {
 	e.refs--
-	if e.refs == 0 && s.m[e.name] == e {
+	if e.refs == 0 {
 		delete(s.m, e.name)
+		*e = gateEntry{}
+		entries.Put(e)
 	}
 }
 
@@ -160,7 +169,12 @@ func (l *Locker) admit(ctx context.Context, op, name string, wait bool) (gatePas
 		var err error
 		select {
 		case <-w.ready:
-			return gatePass{s, e}, nil
+			select {
+			case <-l.closing: // made the head by Close's ending of a hold
+				err = fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+			default:
+				return gatePass{s, e}, nil
+			}
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-l.closing:
@@ -262,19 +276,25 @@ func (p gatePass) finish(h *hold, native bool) {
 	e.busy, e.trying = false, false
 	if h != nil {
 		e.holds = append(e.holds, h)
-	} else {
-		s.unrefLocked(e)
 	}
 	e.changedLocked()
 	e.advanceLocked(native)
+	if h == nil {
+		s.unrefLocked(e) // last: it may recycle e
+	}
 	s.mu.Unlock()
 }
 
 // ungate tells the gate that h no longer holds its name on the server (its
 // release returned, or it was lost or expired): the next local waiter may
-// go to the server. Idempotent.
+// go to the server. Idempotent: the first call takes h's pass (under h.mu),
+// later ones find none, so none touches an entry recycled since.
 func (h *hold) ungate() {
-	s, e := h.gate.s, h.gate.e
+	h.mu.Lock()
+	p := h.gate
+	h.gate = gatePass{}
+	h.mu.Unlock()
+	s, e := p.s, p.e
 	if e == nil {
 		return
 	}
@@ -286,7 +306,7 @@ func (h *hold) ungate() {
 		e.holds = e.holds[:last]
 		e.changedLocked()
 		e.advanceLocked(h.l.blocker != nil)
-		s.unrefLocked(e)
+		s.unrefLocked(e) // last: it may recycle e
 	}
 	s.mu.Unlock()
 }

@@ -31,7 +31,7 @@ type hold struct {
 	token     uint64
 	slot      *ownerSlot
 	key       ownerKey
-	gate      gatePass // the gate's entry of name, until ungate
+	gate      gatePass // the gate's entry of name until ungate (then guarded by mu)
 
 	mu        sync.Mutex
 	deadline  time.Time // zero for session-bound backends
