@@ -220,15 +220,12 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 	if err != nil {
 		return nil, err
 	}
-	ls, err := l.grantAdmitted(ctx, op, name, opts, wait, p)
-	if err != nil {
-		p.finish(nil, l.blocker != nil)
-	}
-	return ls, err
+	return l.grantAdmitted(ctx, op, name, opts, wait, p)
 }
 
-// grantAdmitted is grant's work once admitted by the gate with p; on
-// success the hold has taken p over (p.finish has been called).
+// grantAdmitted is grant's work once admitted by the gate with p. It ends
+// p exactly once: with the hold it made (which takes p over), or with nil
+// when the driver granted nothing.
 func (l *Locker) grantAdmitted(ctx context.Context, op, name string, opts *AcquireOptions, wait bool, p gatePass) (*Lease, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
@@ -254,6 +251,7 @@ func (l *Locker) grantAdmitted(ctx context.Context, op, name string, opts *Acqui
 		}
 	}
 	if err != nil {
+		p.finish(nil, l.blocker != nil)
 		if wait && ctx.Err() == nil && l.isClosed() {
 			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 		}
