@@ -25,6 +25,12 @@ type Info = driver.Info
 // backend's native queue or wake-up when it has one, capped exponential
 // backoff with jitter otherwise), keep-alive, the local lease deadline,
 // reentrancy, closing and error wrapping.
+//
+// Goroutines of one Locker never compete with each other on the server:
+// at most one attempt of a Locker on a name is there at a time (see
+// gate.go). A blocking Acquire of a name that a sibling holds or waits for
+// queues in the Locker, first come first served; a TryAcquire of a name a
+// sibling holds fails without a server call.
 type Locker struct {
 	drv       driver.Locker
 	caps      driver.Capabilities
