@@ -31,6 +31,7 @@ type hold struct {
 	token     uint64
 	slot      *ownerSlot
 	key       ownerKey
+	gate      gatePass // the gate's entry of name until ungate (then guarded by mu)
 
 	mu        sync.Mutex
 	deadline  time.Time // zero for session-bound backends
@@ -231,10 +232,14 @@ func (ls *Lease) Release(ctx context.Context) error {
 		// expired there yet. The owner check keeps a new holder safe.
 		h.end(prior)
 		_ = h.releaseDriver(ctx)
+		h.ungate()
 		return fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, prior)
 	}
 	h.end(ErrReleased)
 	err := h.releaseDriver(ctx)
+	// Only now may a sibling waiting locally go to the server: earlier,
+	// its try would find the lock still held.
+	h.ungate()
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			h.setErr(fmt.Errorf("%w: the server no longer held it at release", ErrLockLost))
@@ -327,6 +332,7 @@ func (h *hold) end(err error) bool {
 	}
 	cancelRefresh, endCancel := h.cancelRefresh, h.endCancel
 	h.cancelRefresh = nil
+	releasing := h.releasing // Release ungates once the server has freed it
 	h.mu.Unlock()
 	if cancelRefresh != nil {
 		cancelRefresh()
@@ -335,6 +341,9 @@ func (h *hold) end(err error) bool {
 		endCancel(h.leaseErr(err))
 	}
 	h.l.forget(h)
+	if !releasing {
+		h.ungate()
+	}
 	return true
 }
 

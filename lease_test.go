@@ -138,7 +138,11 @@ func TestWatchAfterFailedTry(t *testing.T) {
 		t.Errorf("an Acquire of a free lock called Watch %d times; want none", n)
 	}
 
-	holder, err := l.TryAcquire(ctx, "a", &AcquireOptions{TTL: time.Hour})
+	// The holder is another client: a sibling of the waiter's own Locker
+	// would keep it in the Locker's queue, away from the driver.
+	other := NewLocker(w)
+	defer other.Close()
+	holder, err := other.TryAcquire(ctx, "a", &AcquireOptions{TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +164,7 @@ func TestWatchAfterFailedTry(t *testing.T) {
 	w.mu.Lock()
 	w.beforeWatch = nil
 	w.mu.Unlock()
-	holder, err = l.TryAcquire(ctx, "a", &AcquireOptions{TTL: time.Hour})
+	holder, err = other.TryAcquire(ctx, "a", &AcquireOptions{TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,12 @@ type Info = driver.Info
 // backend's native queue or wake-up when it has one, capped exponential
 // backoff with jitter otherwise), keep-alive, the local lease deadline,
 // reentrancy, closing and error wrapping.
+//
+// Goroutines of one Locker never compete with each other on the server:
+// at most one attempt of a Locker on a name is there at a time (see
+// gate.go). A blocking Acquire of a name that a sibling holds or waits for
+// queues in the Locker, first come first served; a TryAcquire of a name a
+// sibling holds fails without a server call.
 type Locker struct {
 	drv       driver.Locker
 	caps      driver.Capabilities
@@ -41,6 +47,9 @@ type Locker struct {
 	waitID uint64
 
 	keeper keeper // refreshes every hold, ends it at its deadline
+	gates  gates  // admits this Locker's attempts on a name one at a time
+
+	closing chan struct{} // closed by Close: ends local waits of the gate
 
 	// The backoff bounds of a wait with a Watcher (watchFallback,
 	// watchMax); tests lengthen them to tell a wake-up from the timer.
@@ -70,6 +79,8 @@ func NewLocker(drv driver.Locker) *Locker {
 	l.caps.Reentrant = true
 	l.watchLo, l.watchHi = watchFallback, watchMax
 	l.keeper.init(l)
+	l.gates.init()
+	l.closing = make(chan struct{})
 	l.blocker, _ = drv.(driver.Blocker)
 	l.watcher, _ = drv.(driver.Watcher)
 	l.inspector, _ = drv.(driver.Inspector)
@@ -208,8 +219,20 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 }
 
 // grant obtains a driver lease, starts its hold and returns its first
-// Lease. Close ends a grant in flight with ErrClosed.
+// Lease. Close ends a grant in flight with ErrClosed. The gate admits one
+// attempt of this Locker on name to the server at a time.
 func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*Lease, error) {
+	p, err := l.admit(ctx, op, name, wait)
+	if err != nil {
+		return nil, err
+	}
+	return l.grantAdmitted(ctx, op, name, opts, wait, p)
+}
+
+// grantAdmitted is grant's work once admitted by the gate with p. It ends
+// p exactly once: with the hold it made (which takes p over), or with nil
+// when the driver granted nothing.
+func (l *Locker) grantAdmitted(ctx context.Context, op, name string, opts *AcquireOptions, wait bool, p gatePass) (*Lease, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
 	var (
@@ -229,10 +252,12 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 		start = time.Now()
 		dl, err = l.drv.TryAcquire(ctx, req)
 		if errors.Is(err, driver.ErrNotAcquired) {
-			dl, start, err = l.waitLoop(ctx, req, err)
+			p.setTrying(false)
+			dl, start, err = l.waitLoop(ctx, req, err, p)
 		}
 	}
 	if err != nil {
+		p.finish(nil, l.blocker != nil)
 		if wait && ctx.Err() == nil && l.isClosed() {
 			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 		}
@@ -258,6 +283,7 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 		token:     dl.Token(),
 		count:     1,
 		index:     -1,
+		gate:      p,
 	}}
 	h := &hl.h
 	hl.ls.h = h
@@ -267,12 +293,15 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 	if h.keepAlive {
 		h.nextRefresh = time.Now().Add(ttl / 3)
 	}
+	// The gate hears of the hold before anything can end it.
+	p.finish(h, l.blocker != nil)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		rctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		_ = dl.Release(rctx)
+		h.ungate()
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 	}
 	l.holds[h] = struct{}{}
@@ -331,7 +360,7 @@ const (
 // Watcher it watches the name now, then tries again before it waits (a
 // release between the failed attempt and the Watch would wake nobody),
 // then waits for a wake-up, a backoff timer, or the end.
-func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error) (driver.Lease, time.Time, error) {
+func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error, p gatePass) (driver.Lease, time.Time, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer l.removeWait(l.addWait(cancel))
@@ -347,7 +376,7 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error)
 			lo, hi = l.watchLo, l.watchHi
 			var dl driver.Lease
 			var done bool
-			if dl, start, done, err = l.attempt(ctx, req); done {
+			if dl, start, done, err = l.attempt(ctx, req, p); done {
 				return dl, start, err
 			}
 		} else if ctx.Err() != nil {
@@ -384,18 +413,24 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error)
 		timer.Stop()
 		var dl driver.Lease
 		var done bool
-		if dl, start, done, err = l.attempt(ctx, req); done {
+		if dl, start, done, err = l.attempt(ctx, req, p); done {
 			return dl, start, err
 		}
 	}
 }
 
 // attempt makes one try of a wait; done reports that the wait is over:
-// granted (err nil), or failed otherwise than ErrNotAcquired.
-func (l *Locker) attempt(ctx context.Context, req driver.Request) (dl driver.Lease, start time.Time, done bool, err error) {
+// granted (err nil), or failed otherwise than ErrNotAcquired. Siblings'
+// TryAcquire calls wait for its outcome (p).
+func (l *Locker) attempt(ctx context.Context, req driver.Request, p gatePass) (dl driver.Lease, start time.Time, done bool, err error) {
+	p.setTrying(true)
 	start = time.Now()
 	dl, err = l.drv.TryAcquire(ctx, req)
-	return dl, start, err == nil || !errors.Is(err, driver.ErrNotAcquired), err
+	done = err == nil || !errors.Is(err, driver.ErrNotAcquired)
+	if !done {
+		p.setTrying(false)
+	}
+	return dl, start, done, err
 }
 
 // Close ends every lease of this Locker (their Done channels close with
@@ -408,6 +443,7 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
+	close(l.closing)
 	for _, cancel := range l.waits {
 		cancel()
 	}

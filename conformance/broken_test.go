@@ -58,6 +58,10 @@ type flaws struct {
 	// coarseExpiry: the server expires leases on a one-second clock, so a
 	// short lease outlives its TTL by up to two seconds on the server.
 	coarseExpiry bool
+	// perClient: the server knows a holder by its client (one value per
+	// connection), not by its grant, so a client that holds the lock is
+	// granted it again: goroutines sharing a Locker hold it together.
+	perClient bool
 }
 
 // space is the lock server: one namespace.
@@ -72,6 +76,7 @@ type space struct {
 }
 
 type entry struct {
+	client  *brokenDriver
 	id      uint64
 	owner   string
 	token   uint64
@@ -159,7 +164,7 @@ func (d *brokenDriver) grantLocked(req driver.Request) *brokenLease {
 		sp.fence[req.Name]++
 		tok = sp.fence[req.Name]
 	}
-	e := &entry{id: sp.seq, owner: req.Owner, token: tok}
+	e := &entry{client: d, id: sp.seq, owner: req.Owner, token: tok}
 	if !d.f.noExpiry && !d.f.twoStepExpiry {
 		e.expires = time.Now().Add(d.serverTTL(req.TTL))
 	}
@@ -202,7 +207,7 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, req driver.Request) (driv
 			sp.mu.Unlock()
 			return ls, nil
 		}
-		if d.f.ownerNoCount && req.Owner != "" && e.owner == req.Owner {
+		if (d.f.ownerNoCount && req.Owner != "" && e.owner == req.Owner) || (d.f.perClient && e.client == d) {
 			sp.mu.Unlock()
 			return d.leaseOf(req.Name, e), nil
 		}
@@ -247,6 +252,10 @@ func (d *brokenDriver) Acquire(ctx context.Context, req driver.Request) (driver.
 			ls := d.grantLocked(req)
 			sp.mu.Unlock()
 			return ls, nil
+		}
+		if e != nil && d.f.perClient && e.client == d {
+			sp.mu.Unlock()
+			return d.leaseOf(req.Name, e), nil
 		}
 		if e == nil {
 			e = &entry{} // not our turn: wait for a change

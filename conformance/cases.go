@@ -64,6 +64,9 @@ var cases = []testCase{
 	{"ConcurrentTryAcquireOneWinner",
 		"Of 100 concurrent TryAcquire calls on a free name, exactly one succeeds and every other returns ErrNotAcquired.",
 		nil, caseOneWinner},
+	{"SameLockerContention",
+		"Goroutines of one Locker never compete with each other on the server: of 10 concurrent TryAcquire calls of one Locker on a free name exactly one succeeds; 16 goroutines of one Locker acquiring and releasing one name see at most one holder at a time and are all granted; waiters of that Locker cancelled while a sibling holds the name leave nothing behind, and the name is free for another client at once afterwards.",
+		nil, caseSameLockerContention},
 	{"IndependentNames",
 		"Distinct names are distinct locks: holding one (even a prefix, a case variant or an extension of another) never blocks another.",
 		nil, caseIndependentNames},
@@ -392,6 +395,119 @@ func caseOneWinner(c *caseT) {
 			c.release(ls, "winner")
 		}
 	}
+}
+
+func caseSameLockerContention(c *caseT) {
+	l := c.Locker()
+	for round := range 3 {
+		name := c.Name(fmt.Sprintf("siblings%d", round))
+		start := make(chan struct{})
+		var (
+			mu      sync.Mutex
+			winners []*dlock.Lease
+			others  []error
+		)
+		ctx, cancel := c.withTimeout(c.fast() + 2*time.Second)
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				<-start
+				ls, err := l.TryAcquire(ctx, name, c.holdOpts())
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners = append(winners, ls)
+				case !errors.Is(err, dlock.ErrNotAcquired):
+					others = append(others, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		cancel()
+		if len(winners) != 1 {
+			c.Errorf("round %d: %d of 10 concurrent TryAcquire calls of one Locker succeeded, want exactly 1", round, len(winners))
+		}
+		if len(others) > 0 {
+			c.Errorf("round %d: %d TryAcquire calls failed with something other than ErrNotAcquired, e.g. %v", round, len(others), others[0])
+		}
+		for _, ls := range winners {
+			c.release(ls, "winner")
+		}
+	}
+
+	const n = 16
+	name := c.Name("siblings")
+	opts := &dlock.AcquireOptions{TTL: 5 * c.ttl()}
+	var inside atomic.Int32
+	var overlaps, grants atomic.Int64
+	var failures atomic.Int32
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for range c.cfg.rounds {
+				ls, err := l.Acquire(c.ctx, name, opts)
+				if err != nil {
+					if failures.Add(1) <= 5 {
+						c.Errorf("Acquire by one of %d goroutines of one Locker: %v", n, err)
+					}
+					return
+				}
+				grants.Add(1)
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				runtime.Gosched()
+				inside.Add(-1)
+				if err := ls.Release(c.ctx); err != nil && failures.Add(1) <= 5 {
+					c.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if o := overlaps.Load(); o != 0 {
+		c.Errorf("%d overlapping critical sections of goroutines of one Locker in %d grants, want 0", o, grants.Load())
+	}
+	if g, want := grants.Load(), int64(n*c.cfg.rounds); g != want {
+		c.Errorf("%d of %d acquisitions by goroutines of one Locker succeeded", g, want)
+	}
+
+	// Waiters of the holder's own Locker, cancelled: nothing of them stays.
+	ls := c.mustTry(l, name, c.holdOpts())
+	patience := max(100*time.Millisecond, 5*c.rtt)
+	ctx, cancel := context.WithTimeout(c.ctx, patience)
+	chs := make([]<-chan acq, 4)
+	for i := range chs {
+		chs[i] = c.acquireAsync(ctx, l, name, &dlock.AcquireOptions{TTL: 20 * c.ttl()})
+	}
+	for _, ch := range chs {
+		select {
+		case r := <-ch:
+			if r.err == nil {
+				c.release(r.ls, "sibling waiter")
+				cancel()
+				c.Fatalf("a sibling's Acquire was granted while another goroutine of its Locker held the lock")
+			}
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				c.Errorf("a cancelled sibling waiter returned %v, want context.DeadlineExceeded", r.err)
+			}
+		case <-time.After(patience + c.fast()):
+			cancel()
+			c.Fatalf("a sibling waiter did not return within %v after its context ended", c.fast())
+		}
+	}
+	cancel()
+	c.release(ls, "holder")
+	if rs, ok := c.h.(Residue); ok {
+		if k, err := rs.Residue(c.ctx, name); err != nil || k != 0 {
+			c.Errorf("after the sibling waiters were cancelled, Residue is %d (%v), want 0", k, err)
+		}
+	}
+	c.expectFree(c.Locker(), name, "after every goroutine of one Locker released and its waiters were cancelled")
+	c.expectFree(l, name, "for the same Locker, after its waiters were cancelled")
+	c.Notef("%d grants to %d goroutines of one Locker", grants.Load(), n)
 }
 
 func caseIndependentNames(c *caseT) {

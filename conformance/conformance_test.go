@@ -41,6 +41,7 @@ func TestBrokenDriversAreCaught(t *testing.T) {
 		{name: "ClaimsFairnessGrantsLIFO", f: flaws{lifo: true}, want: "Fairness"},
 		{name: "LongTTLTruncated", f: flaws{truncatedTTL: true}, want: "TTLRange"},
 		{name: "ServerKeepsEndedLease", f: flaws{coarseExpiry: true}, want: "TTLRange"},
+		{name: "HolderIsTheClient", f: flaws{perClient: true}, want: "SameLockerContention"},
 	}
 	// The suites mostly sleep: run them all at once (t.Parallel would run
 	// only GOMAXPROCS of them at a time).

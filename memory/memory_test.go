@@ -139,8 +139,12 @@ func TestFIFO(t *testing.T) {
 	first, _ := l.Acquire(ctx, "q", nil)
 	order := make(chan int, 5)
 	for i := 0; i < 5; i++ {
+		// A Locker each: waiters of one Locker queue in the Locker (only
+		// its first waits in the namespace), which the root package tests.
+		w := memory.OpenLocker(ns)
+		defer w.Close()
 		go func() {
-			ls, err := l.Acquire(ctx, "q", nil)
+			ls, err := w.Acquire(ctx, "q", nil)
 			if err != nil {
 				t.Error(err)
 				return
