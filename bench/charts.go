@@ -48,7 +48,7 @@ type facet struct {
 
 // familyOrder is the order of the panels: the in-process reference first,
 // then the servers as the tables list them.
-var familyOrder = []string{"memory", "redis", "zookeeper", "postgres", "mysql"}
+var familyOrder = []string{"memory", "redis", "zookeeper", "etcd", "postgres", "mysql"}
 
 func familyRank(f string) int {
 	if i := slices.Index(familyOrder, f); i >= 0 {

@@ -520,7 +520,7 @@ func boolInt(b bool) int {
 // faultKey is the name under which the fault suite reports a target: the
 // fsync variant of ZooKeeper is the same strategy as the default one.
 func faultKey(target string) string {
-	return strings.TrimSuffix(target, "-fsync")
+	return strings.TrimSuffix(strings.TrimSuffix(target, "-fsync"), "-nofsync")
 }
 
 // LoadFaultReport reads the fault suite's faults.json (faults/cmd/dlockchaos)
@@ -528,7 +528,8 @@ func faultKey(target string) string {
 // dlockbench uses ("redis", "redis+cluster", "postgres/advisory"): the
 // fenced-mutex checker's violations plus the broken promises the faults
 // observed themselves. A ZooKeeper ensemble's runs count for "zookeeper"
-// (the same strategy). Runs the checker could not check count nothing.
+// (the same strategy), an etcd cluster's for "etcd". Runs the checker
+// could not check count nothing.
 func LoadFaultReport(path string) (map[string]int, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -555,6 +556,8 @@ func LoadFaultReport(path string) (map[string]int, error) {
 			name = "redis+cluster"
 		case "zookeeper-ensemble":
 			name = "zookeeper"
+		case "etcd-cluster":
+			name = "etcd"
 		}
 		if r.FencedViolations == nil || *r.FencedViolations < 0 {
 			if len(r.Violations) == 0 {
