@@ -19,47 +19,10 @@ import (
 	"github.com/dlock-go/dlock/mysql"
 )
 
-// flights counts the round trips of every connection dialled through it:
-// a write that follows a read (or starts the connection) begins one.
-type flights struct {
-	mu sync.Mutex
-	n  int
-}
-
-type countedConn struct {
-	net.Conn
-	f    *flights
-	read bool // the last I/O was a read
-}
-
-func (c *countedConn) Write(b []byte) (int, error) {
-	c.f.mu.Lock()
-	if c.read {
-		c.f.n++
-	}
-	c.read = false
-	c.f.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-func (c *countedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.f.mu.Lock()
-	c.read = true
-	c.f.mu.Unlock()
-	return n, err
-}
-
-func (f *flights) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
-}
-
 var countedNet = struct {
 	once sync.Once
-	f    *flights
-}{f: &flights{}}
+	f    *sqltest.Flights
+}{f: &sqltest.Flights{}}
 
 // TestRoundTrips: an uncontended TryAcquire and Release of a pinned
 // strategy cost one round trip each (one multi-statement each way),
@@ -71,7 +34,7 @@ func TestRoundTrips(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &countedConn{Conn: c, f: countedNet.f, read: true}, nil
+			return countedNet.f.Wrap(c), nil
 		})
 	})
 	srv := testenv.MySQL(t)
@@ -118,28 +81,20 @@ func TestRoundTrips(t *testing.T) {
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
-			cycle := func() {
-				ls, err := l.TryAcquire(ctx, "rt", opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := ls.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			cycle := sqltest.Cycle(t, ctx, l, "rt")
 			for range 3 {
 				cycle() // create the row, learn the sessions
 			}
 			const n = 200
 			s0 := status(ctx)
-			r0 := countedNet.f.count()
+			r0, _ := countedNet.f.Count()
 			start := time.Now()
 			for range n {
 				cycle()
 			}
 			took := time.Since(start)
-			rt := float64(countedNet.f.count()-r0) / n
+			r1, _ := countedNet.f.Count()
+			rt := float64(r1-r0) / n
 			s1 := status(ctx)
 			t.Logf("%s: per TryAcquire+Release: %.2f round trips, %v", s, rt, took/n)
 			if cost {
@@ -186,16 +141,7 @@ func TestSessionSettingsOnce(t *testing.T) {
 		}
 		return statements, float64(strings.Count(string(log), "SESSION wait_timeout = "))
 	}
-	opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
-	cycle := func() {
-		ls, err := l.TryAcquire(ctx, "once", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cycle := sqltest.Cycle(t, ctx, l, "once")
 	for range 3 {
 		cycle()
 	}

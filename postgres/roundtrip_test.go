@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,65 +11,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/postgres"
 )
 
-// flights counts the round trips of every connection dialled through it:
-// a write that follows a read (or starts the connection) begins one.
-type flights struct {
-	mu     sync.Mutex
-	n      int
-	writes int
-}
-
-type countedConn struct {
-	net.Conn
-	f    *flights
-	read bool // the last I/O was a read
-}
-
-func (c *countedConn) Write(b []byte) (int, error) {
-	c.f.mu.Lock()
-	c.f.writes++
-	if c.read {
-		c.f.n++
-	}
-	c.read = false
-	c.f.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-func (c *countedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.f.mu.Lock()
-	c.read = true
-	c.f.mu.Unlock()
-	return n, err
-}
-
-func (f *flights) count() (int, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n, f.writes
-}
-
 // countedLocker opens a Locker of strategy on a pool whose round trips f
 // counts.
-func countedLocker(t *testing.T, strategy string) (*dlock.Locker, *flights) {
+func countedLocker(t *testing.T, strategy string) (*dlock.Locker, *sqltest.Flights) {
 	srv := testenv.Postgres(t)
 	pc, err := pgxpool.ParseConfig(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &flights{}
+	f := &sqltest.Flights{}
 	dial := pc.ConnConfig.DialFunc
 	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &countedConn{Conn: c, f: f, read: true}, nil
+		return f.Wrap(c), nil
 	}
 	pc.MaxConns = 2 // any round trip on a second connection is counted too
 	p, err := pgxpool.NewWithConfig(t.Context(), pc)
@@ -101,16 +62,7 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sc.Close(context.Background())
-			opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
-			cycle := func() {
-				ls, err := l.TryAcquire(ctx, "rt", opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := ls.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			cycle := sqltest.Cycle(t, ctx, l, "rt")
 			for range 3 {
 				cycle() // create the row, recover, prepare
 			}
@@ -130,13 +82,13 @@ func TestRoundTrips(t *testing.T) {
 			}
 			lsn0, sync0, c0, rb0 := serverStats()
 			cycle() // after an idle second pgxpool pings a connection before it hands it out
-			r0, w0 := f.count()
+			r0, w0 := f.Count()
 			start := time.Now()
 			for range n {
 				cycle()
 			}
 			took := time.Since(start)
-			r1, w1 := f.count()
+			r1, w1 := f.Count()
 			lsn1, sync1, c1, rb1 := serverStats()
 			rt, w := float64(r1-r0)/n, float64(w1-w0)/n
 			t.Logf("%s: per TryAcquire+Release: %.2f round trips, %.2f writes, %.0f WAL bytes, %v", s, rt, w, (lsn1-lsn0)/n, took/n)
