@@ -323,7 +323,7 @@ func paragraph(rep *Report, safety []SafetyRow) string {
 			// A row whose server does not fsync (etcd-nofsync) may lose
 			// acknowledged writes, tokens included, in a crash: the
 			// driver's TokensSurviveRestart assumes a durable server.
-			if c == nil || !c.Fencing || !c.TokensSurviveRestart || f != nil && *f > 0 || strings.HasSuffix(r.Backend, "-nofsync") {
+			if c == nil || !c.Fencing || !c.TokensSurviveRestart || f != nil && *f > 0 || noFsync(r.Backend) {
 				continue
 			}
 			safe = append(safe, e)

@@ -494,6 +494,11 @@ func safetyRows(rep *Report, faults map[string]int) []SafetyRow {
 		if r.Caps != nil && s.Fencing == "" {
 			c := r.Caps
 			s.Fencing, s.SurvivesRestart, s.Fair = yes(c.Fencing), yes(c.TokensSurviveRestart), yes(c.Fair)
+			if noFsync(s.Target) {
+				// The driver's promise assumes a server that syncs its
+				// writes; this one may lose them, tokens included.
+				s.SurvivesRestart = "no (no fsync)"
+			}
 			s.Waiters, s.FreedAfterCrash, s.LostLease = waiters(c.Wait), freedAfterCrash(c), lostLease(c)
 		}
 		switch {
@@ -519,6 +524,11 @@ func boolInt(b bool) int {
 
 // faultKey is the name under which the fault suite reports a target: the
 // fsync variant of ZooKeeper is the same strategy as the default one.
+// noFsync reports whether target's server runs without syncing its writes
+// (etcd-nofsync: --unsafe-no-fsync), which a crash of every member may
+// lose, tokens included.
+func noFsync(target string) bool { return strings.HasSuffix(target, "-nofsync") }
+
 func faultKey(target string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(target, "-fsync"), "-nofsync")
 }
