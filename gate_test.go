@@ -174,19 +174,11 @@ func commandCalls(t testing.TB, ctx context.Context, c *goredis.Client) map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if !ok || name == "info" {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		calls[name] = n
+	calls, err := testenv.RedisCommandCalls(info)
+	if err != nil {
+		t.Fatal(err)
 	}
+	delete(calls, "info")
 	return calls
 }
 

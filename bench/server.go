@@ -11,6 +11,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Server is one server the targets run on: started by dlockbench through
@@ -134,20 +136,13 @@ func (s *Server) redisCommands(ctx context.Context) (uint64, error) {
 }
 
 // sumCommandStats adds the calls of every command in an INFO commandstats
-// reply except INFO itself.
+// reply except INFO itself (a line it cannot read counts nothing).
 func sumCommandStats(info string) uint64 {
+	calls, _ := testenv.RedisCommandCalls(info)
 	var n uint64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				c, _ := strconv.ParseUint(v, 10, 64)
-				n += c
-			}
+	for name, c := range calls {
+		if name != "info" {
+			n += uint64(c)
 		}
 	}
 	return n

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,20 +108,11 @@ func commandStats(b *testing.B, ctx context.Context, c *goredis.Client) map[stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		cmd, stats, _ := strings.Cut(rest, ":calls=")
-		n, err := strconv.ParseInt(stats[:strings.IndexByte(stats, ',')], 10, 64)
-		if err != nil {
-			b.Fatalf("commandstats line %q: %v", line, err)
-		}
-		out[cmd] = n
+	calls, err := testenv.RedisCommandCalls(info)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return out
+	return calls
 }
 
 // BenchmarkHandoffLatency measures the time from the start of a holder's

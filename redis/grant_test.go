@@ -113,18 +113,11 @@ func commandCalls(t *testing.T, ctx context.Context, c *goredis.Client, cmd stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		return n
+	calls, err := testenv.RedisCommandCalls(info)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return 0
+	return calls[cmd]
 }
 
 // TestReleaseWithoutWaiterDoesNotPublish: a release publishes only when a
