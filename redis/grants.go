@@ -247,23 +247,15 @@ func (h *grantHub) close() error {
 	h.closed = true
 	close(h.closing)
 	h.cleanups.Stop()
-	shards := make([]*grantShard, 0, len(h.shards))
+	conns := make([]*goredis.PubSub, 0, len(h.shards))
 	for _, sh := range h.shards {
 		if sh.idle != nil {
 			sh.idle.Stop()
 		}
-		shards = append(shards, sh)
+		conns = append(conns, sh.ps)
 	}
 	h.mu.Unlock()
-	var errs []error
-	for _, sh := range shards {
-		if err := sh.ps.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
-	h.tasks.Wait()
-	h.cleanups.Wait()
-	return errors.Join(errs...)
+	return closeHub(conns, &h.tasks, &h.cleanups)
 }
 
 // cleanup runs f in the background (see hub.cleanup); close waits for it.

@@ -503,19 +503,26 @@ func (h *hub) close() error {
 	h.closed = true
 	close(h.closing)
 	h.cleanups.Stop()
-	shards := make([]*shard, 0, len(h.shards))
+	conns := make([]*goredis.PubSub, 0, len(h.shards))
 	for _, sh := range h.shards {
-		shards = append(shards, sh)
+		conns = append(conns, sh.ps)
 	}
 	h.mu.Unlock()
+	return closeHub(conns, &h.tasks, &h.cleanups)
+}
+
+// closeHub ends a hub (hub or grantHub) whose lock has been released: it
+// closes its pub/sub connections (which ends their readers), then waits
+// for its goroutines and its clean-ups.
+func closeHub(conns []*goredis.PubSub, tasks *sync.WaitGroup, cleanups *background.Group) error {
 	var errs []error
-	for _, sh := range shards {
-		if err := sh.ps.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
+	for _, ps := range conns {
+		if err := ps.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
-	h.tasks.Wait()
-	h.cleanups.Wait()
+	tasks.Wait()
+	cleanups.Wait()
 	return errors.Join(errs...)
 }
 

@@ -458,7 +458,13 @@ func acquireArgs(dst []any, n *names, value, ttl any, reg registration) []any {
 // n is the token when granted, the holder's PTTL in milliseconds
 // otherwise.
 func acquireOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
-	v, err := acquireScript.run(ctx, c, args).Result()
+	return runAcquire(ctx, c, acquireScript, args)
+}
+
+// runAcquire runs s, a script that answers as acquire.lua does (the token
+// when granted, {n} otherwise: acquireReply), on one client.
+func runAcquire(ctx context.Context, c doer, s *script, args []any) (granted bool, n int64, err error) {
+	v, err := s.run(ctx, c, args).Result()
 	if err != nil {
 		return false, 0, fmt.Errorf("redis: acquire: %w", err)
 	}
@@ -492,15 +498,7 @@ func waitArgs(dst []any, n *names, value, ttl, pubCmd, channel any) []any {
 // waitOn runs wait.lua: granted and the token when the caller holds the
 // lock, not granted when it is queued.
 func waitOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
-	v, err := waitScript.run(ctx, c, args).Result()
-	if err != nil {
-		return false, 0, fmt.Errorf("redis: acquire: %w", err)
-	}
-	granted, n, ok := acquireReply(v)
-	if !ok {
-		return false, 0, fmt.Errorf("redis: acquire: unexpected reply %v", v)
-	}
-	return granted, n, nil
+	return runAcquire(ctx, c, waitScript, args)
 }
 
 // handoverArgs makes the argument list of handover.lua or cancel.lua (s)
