@@ -13,8 +13,13 @@ import (
 // if fn returned nil but the lease was lost while it ran, it returns an
 // error wrapping ErrLockLost, because fn's work may have overlapped with
 // another holder's (use Lease.Token to fence it).
-func Do(ctx context.Context, l *Locker, name string, opts *AcquireOptions, fn func(ctx context.Context, lease *Lease) error) (err error) {
-	lease, err := l.Acquire(ctx, name, opts)
+func Do(ctx context.Context, l *Locker, name string, opts *AcquireOptions, fn func(ctx context.Context, lease *Lease) error) error {
+	return do(ctx, func() (*Lease, error) { return l.Acquire(ctx, name, opts) }, fn)
+}
+
+// do is Do and Semaphore.Do once the lease is acquired by acquire.
+func do(ctx context.Context, acquire func() (*Lease, error), fn func(ctx context.Context, lease *Lease) error) (err error) {
+	lease, err := acquire()
 	if err != nil {
 		return err
 	}

@@ -260,6 +260,9 @@ func indexOf[T comparable](s []T, x T) int {
 // setTrying marks the head's single try in flight (on) or over (off);
 // TryAcquire calls of siblings wait for its outcome.
 func (p gatePass) setTrying(on bool) {
+	if p.e == nil { // a semaphore's attempt: not gated
+		return
+	}
 	p.s.mu.Lock()
 	p.e.trying = on
 	if !on {
@@ -272,6 +275,9 @@ func (p gatePass) setTrying(on bool) {
 // (the pass's reference moves to the hold, which ungate gives back), or nil.
 func (p gatePass) finish(h *hold, native bool) {
 	s, e := p.s, p.e
+	if e == nil { // a semaphore's attempt: not gated
+		return
+	}
 	s.mu.Lock()
 	e.busy, e.trying = false, false
 	if h != nil {

@@ -89,7 +89,7 @@ type watchingStub struct {
 	watches     int
 }
 
-func (w *watchingStub) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (w *watchingStub) Watch(ctx context.Context, req driver.Request) (<-chan struct{}, func(), error) {
 	w.mu.Lock()
 	w.watches++
 	hook := w.beforeWatch
@@ -102,7 +102,7 @@ func (w *watchingStub) Watch(ctx context.Context, name string) (<-chan struct{},
 	if w.watchers == nil {
 		w.watchers = map[chan struct{}]string{}
 	}
-	w.watchers[ch] = name
+	w.watchers[ch] = req.Name
 	w.mu.Unlock()
 	return ch, func() {
 		w.mu.Lock()

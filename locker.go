@@ -96,13 +96,13 @@ func (l *Locker) Capabilities() Capabilities { return l.caps }
 // Acquire blocks until it holds the lock name, or ctx ends. When ctx ends
 // it returns ctx.Err() unwrapped and leaves nothing behind on the server.
 func (l *Locker) Acquire(ctx context.Context, name string, opts *AcquireOptions) (*Lease, error) {
-	return l.acquire(ctx, name, opts, true)
+	return l.acquire(ctx, name, 0, opts, true)
 }
 
 // TryAcquire makes one attempt to take the lock name. It returns an error
 // wrapping ErrNotAcquired at once when another owner holds it.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptions) (*Lease, error) {
-	return l.acquire(ctx, name, opts, false)
+	return l.acquire(ctx, name, 0, opts, false)
 }
 
 // Inspect reports what the backend knows about the lock name without
@@ -130,16 +130,24 @@ func (l *Locker) isClosed() bool {
 	return l.closed
 }
 
-func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions, wait bool) (*Lease, error) {
+// acquire takes the lock name (permits 0) or one of the permits of the
+// semaphore name (permits > 0, already checked by Locker.Semaphore).
+func (l *Locker) acquire(ctx context.Context, name string, permits int, opts *AcquireOptions, wait bool) (*Lease, error) {
 	op := "acquire"
 	if !wait {
 		op = "try-acquire"
+	}
+	if permits > 0 {
+		op += " semaphore"
 	}
 	if err := l.validateName(name); err != nil {
 		return nil, fmt.Errorf("dlock: %s: %w", op, err)
 	}
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	}
+	if permits > 0 && opts.owner() != "" {
+		return nil, fmt.Errorf("dlock: %s %q: %w: a semaphore is not reentrant (Owner must be empty; each Acquire takes one more permit)", op, name, ErrInvalidOption)
 	}
 	if err := l.validateTTL(opts.ttl()); err != nil {
 		return nil, fmt.Errorf("dlock: %s %q: %w", op, name, err)
@@ -149,6 +157,11 @@ func (l *Locker) acquire(ctx context.Context, name string, opts *AcquireOptions,
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if permits > 0 {
+		// No gate: a Locker may hold several permits of one semaphore,
+		// and its attempts on it do not split anything between them.
+		return l.grantAdmitted(ctx, op, name, permits, opts, wait, gatePass{})
 	}
 	owner := opts.owner()
 	if owner == "" {
@@ -226,15 +239,20 @@ func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOption
 	if err != nil {
 		return nil, err
 	}
-	return l.grantAdmitted(ctx, op, name, opts, wait, p)
+	return l.grantAdmitted(ctx, op, name, 0, opts, wait, p)
 }
 
 // grantAdmitted is grant's work once admitted by the gate with p. It ends
 // p exactly once: with the hold it made (which takes p over), or with nil
-// when the driver granted nothing.
-func (l *Locker) grantAdmitted(ctx context.Context, op, name string, opts *AcquireOptions, wait bool, p gatePass) (*Lease, error) {
+// when the driver granted nothing. A semaphore's attempts (permits > 0)
+// come with the zero pass: they are not gated.
+func (l *Locker) grantAdmitted(ctx context.Context, op, name string, permits int, opts *AcquireOptions, wait bool, p gatePass) (*Lease, error) {
 	ttl := opts.ttl()
-	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner()}
+	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner(), Permits: permits}
+	blocker := l.blocker
+	if permits > 0 && l.caps.SemaphoreWait != driver.WaitQueue {
+		blocker = nil
+	}
 	var (
 		dl    driver.Lease
 		start time.Time
@@ -244,7 +262,7 @@ func (l *Locker) grantAdmitted(ctx context.Context, op, name string, opts *Acqui
 	case !wait:
 		start = time.Now()
 		dl, err = l.drv.TryAcquire(ctx, req)
-	case l.blocker != nil:
+	case blocker != nil:
 		dl, start, err = l.block(ctx, req)
 	default:
 		// One attempt first, as TryAcquire: a free lock costs no wait
@@ -368,8 +386,8 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error,
 	lo, hi := pollMin, pollMax
 	err := failed
 	var start time.Time
-	if l.watcher != nil {
-		w, stop, werr := l.watcher.Watch(ctx, req.Name)
+	if l.watcher != nil && (req.Permits == 0 || l.caps.SemaphoreWait == driver.WaitNotify) {
+		w, stop, werr := l.watcher.Watch(ctx, req)
 		if werr == nil {
 			defer stop()
 			wake = w

@@ -59,6 +59,19 @@ type Request struct {
 	// the value that makes release safe: the driver generates its own unique
 	// value per grant for that.
 	Owner string
+	// Permits is zero for a lock. For a counting semaphore it is the number
+	// of permits N (1 ≤ N ≤ Capabilities.MaxPermits): the attempt asks for
+	// one permit of the semaphore Name, which at most N grants hold at once
+	// across every client. Semaphores live in a namespace of their own: the
+	// semaphore "x" and the lock "x" are unrelated. The driver stores N with
+	// the semaphore while any permit is held (or, for a queueing backend,
+	// waited for): an attempt naming another N then fails with an error
+	// wrapping ErrInvalidOption and changes nothing; once every permit is
+	// free, the next attempt's N applies. Tokens strictly increase across
+	// all the permits granted for a name (when Capabilities.Fencing). The
+	// rest of the contract (TTL, refresh, release, loss, a cancelled wait
+	// leaves nothing) is the lock's, per permit.
+	Permits int
 }
 
 // Locker is the interface that a backend implements. A *dlock.Locker wraps
@@ -144,6 +157,10 @@ type Blocker interface {
 	// Because a blocking grant may happen long after the call started, the
 	// returned lease must implement Granted, reporting a local time at or
 	// before the moment the server started the lease's TTL.
+	//
+	// The portable layer calls it for a semaphore (req.Permits > 0) only
+	// when Capabilities.SemaphoreWait is WaitQueue; otherwise semaphore
+	// waits go through TryAcquire and Watch.
 	Acquire(ctx context.Context, req Request) (Lease, error)
 }
 
@@ -171,7 +188,11 @@ type Watcher interface {
 	// missed ones must be rare (the portable layer also waits on a fallback
 	// timer). A closed channel makes the portable layer poll instead. stop
 	// unregisters and must be called exactly once.
-	Watch(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
+	//
+	// For a semaphore (req.Permits > 0, only when Capabilities.SemaphoreWait
+	// is WaitNotify) the channel receives after a permit of req.Name was
+	// freed. Only req.Name and req.Permits are meaningful.
+	Watch(ctx context.Context, req Request) (wake <-chan struct{}, stop func(), err error)
 }
 
 // NameValidator is implemented by drivers that cannot store every UTF-8
@@ -237,6 +258,17 @@ type Capabilities struct {
 	// session-bound backend that ignores the TTL still declares the range it
 	// accepts.
 	MinTTL, MaxTTL time.Duration
+	// MaxPermits is the largest number of permits a semaphore may have on
+	// this backend (Request.Permits); zero means the backend has no
+	// semaphores, and Locker.Semaphore returns ErrUnsupported.
+	MaxPermits int
+	// SemaphoreWait says how a semaphore's waiters learn that a permit was
+	// freed: WaitQueue (the driver is a Blocker and its Acquire takes
+	// semaphore requests), WaitNotify (the driver is a Watcher of
+	// semaphores) or WaitPoll. Empty when MaxPermits is zero.
+	SemaphoreWait WaitKind
+	// SemaphoreFair: a semaphore's waiters get permits in arrival order.
+	SemaphoreFair bool
 	// Reentrant is set by the portable layer, which makes every backend
 	// reentrant for a non-empty AcquireOptions.Owner; drivers leave it false.
 	Reentrant bool

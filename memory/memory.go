@@ -48,59 +48,82 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	return &locker{ns: ns}, nil
 }
 
-// Namespace is a set of locks shared by the Lockers opened on it: each
-// Locker stands for a separate client.
+// Namespace is a set of locks and semaphores shared by the Lockers opened
+// on it: each Locker stands for a separate client.
 type Namespace struct {
 	mu    sync.Mutex
-	locks map[string]*state
-	fence map[string]uint64 // last token per name; never reset
-	seq   uint64            // grant ids
+	locks map[key]*state
+	fence map[key]uint64 // last token per name; never reset
+}
+
+// key names a lock (sem false) or a semaphore: the two namespaces are apart.
+type key struct {
+	name string
+	sem  bool
 }
 
 // NewNamespace returns an empty namespace.
 func NewNamespace() *Namespace {
-	return &Namespace{locks: make(map[string]*state), fence: make(map[string]uint64)}
+	return &Namespace{locks: make(map[key]*state), fence: make(map[key]uint64)}
 }
 
 // OpenLocker returns a Locker on ns.
 func OpenLocker(ns *Namespace) *dlock.Locker { return dlock.NewLocker(&locker{ns: ns}) }
 
-// Revoke drops the current holder of name as a failing server would: the
-// holder's lease is lost (its Done closes with ErrLockLost) and the next
-// waiter is granted. It reports whether name was held.
-func (ns *Namespace) Revoke(name string) bool {
+// Revoke drops the current holder of the lock name as a failing server
+// would: the holder's lease is lost (its Done closes with ErrLockLost) and
+// the next waiter is granted. It reports whether name was held.
+func (ns *Namespace) Revoke(name string) bool { return ns.revoke(key{name: name}) }
+
+// RevokePermit drops the oldest holder of a permit of the semaphore name,
+// as Revoke does for a lock. It reports whether any permit was held.
+func (ns *Namespace) RevokePermit(name string) bool { return ns.revoke(key{name: name, sem: true}) }
+
+func (ns *Namespace) revoke(k key) bool {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	st := ns.locks[name]
-	if st == nil || st.holder == nil {
+	st := ns.locks[k]
+	if st == nil || len(st.holders) == 0 {
 		return false
 	}
-	ns.dropLocked(name, st)
+	ns.dropLocked(st, st.holders[0])
 	return true
 }
 
-// Held reports whether name is held now.
+// Held reports whether the lock name is held now.
 func (ns *Namespace) Held(name string) bool {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	st := ns.locks[name]
-	return st != nil && st.holder != nil
+	st := ns.locks[key{name: name}]
+	return st != nil && len(st.holders) > 0
 }
 
-// Waiters returns the number of callers queued on name.
+// Holders returns the number of permits of the semaphore name held now.
+func (ns *Namespace) Holders(name string) int {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if st := ns.locks[key{name: name, sem: true}]; st != nil {
+		return len(st.holders)
+	}
+	return 0
+}
+
+// Waiters returns the number of callers queued on the lock name.
 func (ns *Namespace) Waiters(name string) int {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	if st := ns.locks[name]; st != nil {
+	if st := ns.locks[key{name: name}]; st != nil {
 		return st.waiters.Len()
 	}
 	return 0
 }
 
+// state is a lock (permits 1) or a semaphore in use: it exists while it
+// has holders or waiters, and its number of permits is fixed meanwhile.
 type state struct {
-	holder  *lease
-	expires time.Time
-	timer   *time.Timer
+	key     key
+	permits int
+	holders []*lease  // at most permits, oldest first
 	waiters list.List // of *waiter, FIFO
 }
 
@@ -111,12 +134,14 @@ type waiter struct {
 
 type lease struct {
 	ns      *Namespace
-	name    string
+	st      *state
 	owner   string
 	token   uint64
 	granted time.Time
+	expires time.Time   // guarded by ns.mu
+	timer   *time.Timer // guarded by ns.mu
 	lost    chan struct{}
-	gone    bool     // no longer the holder (guarded by ns.mu)
+	gone    bool     // no longer a holder (guarded by ns.mu)
 	onLost  []func() // called when lost (guarded by ns.mu)
 }
 
@@ -130,6 +155,9 @@ var (
 	_ driver.LossNotifier = (*lease)(nil)
 )
 
+// MaxPermits is the largest semaphore the memory driver keeps.
+const MaxPermits = 1 << 20
+
 func (l *locker) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Backend:              "memory",
@@ -142,8 +170,11 @@ func (l *locker) Capabilities() driver.Capabilities {
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
 		// Any TTL: expiry is computed in this process with time.Time
 		// arithmetic, which saturates rather than wraps.
-		MaxTTL: 0,
-		Notes:  "one process only; for tests and single-process programs",
+		MaxTTL:        0,
+		MaxPermits:    MaxPermits,
+		SemaphoreWait: driver.WaitQueue,
+		SemaphoreFair: true,
+		Notes:         "one process only; for tests and single-process programs",
 	}
 }
 
@@ -156,12 +187,12 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 	ns := l.ns
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	st := ns.stateLocked(req.Name)
-	if ns.expireLocked(st) {
-		st = ns.stateLocked(req.Name) // the expiry may have dropped st
+	st, err := ns.stateLocked(req)
+	if err != nil {
+		return nil, err
 	}
-	if st.holder != nil {
-		return nil, &driver.NotAcquiredError{RetryAfter: time.Until(st.expires)}
+	if len(st.holders) >= st.permits {
+		return nil, &driver.NotAcquiredError{RetryAfter: time.Until(st.holders[0].expires)}
 	}
 	return ns.grantLocked(req, st), nil
 }
@@ -172,11 +203,12 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	}
 	ns := l.ns
 	ns.mu.Lock()
-	st := ns.stateLocked(req.Name)
-	if ns.expireLocked(st) {
-		st = ns.stateLocked(req.Name) // the expiry may have dropped st
+	st, err := ns.stateLocked(req)
+	if err != nil {
+		ns.mu.Unlock()
+		return nil, err
 	}
-	if st.holder == nil {
+	if len(st.holders) < st.permits && st.waiters.Len() == 0 {
 		ls := ns.grantLocked(req, st)
 		ns.mu.Unlock()
 		return ls, nil
@@ -195,109 +227,126 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	case ls := <-w.ch:
 		// Granted while we gave up: pass it on, leave nothing behind.
 		if !ls.gone {
-			ns.dropLocked(req.Name, ns.locks[req.Name])
+			ns.freeLocked(st, ls)
 		}
 	default:
 		st.waiters.Remove(elem)
-		ns.gcLocked(req.Name, st)
+		ns.gcLocked(st)
 	}
 	ns.mu.Unlock()
 	return nil, ctx.Err()
 }
 
-func (ns *Namespace) stateLocked(name string) *state {
-	st := ns.locks[name]
+// stateLocked returns the state of req's lock or semaphore, with its
+// expired holders dropped; a semaphore in use with another number of
+// permits is refused.
+func (ns *Namespace) stateLocked(req driver.Request) (*state, error) {
+	k := key{name: req.Name, sem: req.Permits > 0}
+	n := max(req.Permits, 1)
+	st := ns.locks[k]
 	if st == nil {
-		st = &state{}
-		ns.locks[name] = st
+		st = &state{key: k, permits: n}
+		ns.locks[k] = st
+		return st, nil
 	}
-	return st
+	now := time.Now()
+	for i := 0; i < len(st.holders); {
+		if ls := st.holders[i]; !now.Before(ls.expires) {
+			// Its timer has not fired yet: drop it now.
+			ns.dropLocked(st, ls)
+			if ns.locks[k] != st { // the last holder went and nobody waits
+				return ns.stateLocked(req)
+			}
+			continue
+		}
+		i++
+	}
+	if st.permits != n {
+		return nil, fmt.Errorf("memory: semaphore %q has %d permits while in use, not %d: %w", req.Name, st.permits, n, driver.ErrInvalidOption)
+	}
+	return st, nil
 }
 
-// expireLocked drops a holder whose TTL has run out but whose timer has not
-// fired yet.
-func (ns *Namespace) expireLocked(st *state) bool {
-	if ls := st.holder; ls != nil && !time.Now().Before(st.expires) {
-		ns.dropLocked(ls.name, st)
-		return true
-	}
-	return false
-}
-
-func (ns *Namespace) gcLocked(name string, st *state) {
-	if st.holder == nil && st.waiters.Len() == 0 && ns.locks[name] == st {
-		delete(ns.locks, name)
+func (ns *Namespace) gcLocked(st *state) {
+	if len(st.holders) == 0 && st.waiters.Len() == 0 && ns.locks[st.key] == st {
+		delete(ns.locks, st.key)
 	}
 }
 
-// grantLocked makes req the holder of a free lock.
+// grantLocked makes req a holder of st, which has a free permit.
 func (ns *Namespace) grantLocked(req driver.Request, st *state) *lease {
-	ns.fence[req.Name]++
+	ns.fence[st.key]++
 	ls := &lease{
 		ns:      ns,
-		name:    req.Name,
+		st:      st,
 		owner:   req.Owner,
-		token:   ns.fence[req.Name],
+		token:   ns.fence[st.key],
 		granted: time.Now(),
 		lost:    make(chan struct{}),
 	}
-	st.holder = ls
-	ns.armLocked(st, ls, req.TTL)
+	st.holders = append(st.holders, ls)
+	ns.armLocked(ls, req.TTL)
 	return ls
 }
 
-func (ns *Namespace) armLocked(st *state, ls *lease, ttl time.Duration) {
-	st.expires = time.Now().Add(ttl)
-	if st.timer != nil {
-		st.timer.Stop()
+func (ns *Namespace) armLocked(ls *lease, ttl time.Duration) {
+	ls.expires = time.Now().Add(ttl)
+	if ls.timer != nil {
+		ls.timer.Stop()
 	}
-	st.timer = time.AfterFunc(ttl, func() {
+	ls.timer = time.AfterFunc(ttl, func() {
 		ns.mu.Lock()
 		defer ns.mu.Unlock()
-		if st.holder == ls && !time.Now().Before(st.expires) {
-			ns.dropLocked(ls.name, st)
+		if !ls.gone && !time.Now().Before(ls.expires) {
+			ns.dropLocked(ls.st, ls)
 		}
 	})
 }
 
-// dropLocked ends the current holder as lost and hands the lock on.
-func (ns *Namespace) dropLocked(name string, st *state) {
-	ls := st.holder
-	ls.gone = true
+// dropLocked ends the holder ls of st as lost and hands its permit on.
+func (ns *Namespace) dropLocked(st *state, ls *lease) {
 	close(ls.lost)
 	for _, f := range ls.onLost {
 		go f()
 	}
 	ls.onLost = nil
-	ns.freeLocked(name, st)
+	ns.freeLocked(st, ls)
 }
 
-// freeLocked hands the lock to the first waiter, FIFO, or frees it.
-func (ns *Namespace) freeLocked(name string, st *state) {
-	if st.timer != nil {
-		st.timer.Stop()
-		st.timer = nil
+// freeLocked removes the holder ls and hands its permit to the first
+// waiter, FIFO, or frees it.
+func (ns *Namespace) freeLocked(st *state, ls *lease) {
+	ls.gone = true
+	if ls.timer != nil {
+		ls.timer.Stop()
+		ls.timer = nil
 	}
-	st.holder = nil
+	for i, h := range st.holders {
+		if h == ls {
+			st.holders = append(st.holders[:i], st.holders[i+1:]...)
+			break
+		}
+	}
 	if front := st.waiters.Front(); front != nil {
 		w := st.waiters.Remove(front).(*waiter)
 		w.ch <- ns.grantLocked(w.req, st)
 		return
 	}
-	ns.gcLocked(name, st)
+	ns.gcLocked(st)
 }
 
 func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	ns := l.ns
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	info := driver.Info{Fence: ns.fence[name]}
-	if st := ns.locks[name]; st != nil {
+	k := key{name: name}
+	info := driver.Info{Fence: ns.fence[k]}
+	if st := ns.locks[k]; st != nil {
 		info.Waiters = st.waiters.Len()
-		if st.holder != nil {
+		if len(st.holders) > 0 {
 			info.Held = true
-			info.Owner = st.holder.owner
-			info.TTL = time.Until(st.expires)
+			info.Owner = st.holders[0].owner
+			info.TTL = time.Until(st.holders[0].expires)
 		}
 	}
 	return info, nil
@@ -328,11 +377,10 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	ns := ls.ns
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	st := ns.locks[ls.name]
-	if ls.gone || st == nil || st.holder != ls {
+	if ls.gone {
 		return fmt.Errorf("memory: %w", driver.ErrNotHeld)
 	}
-	ns.armLocked(st, ls, ttl)
+	ns.armLocked(ls, ttl)
 	return nil
 }
 
@@ -340,12 +388,10 @@ func (ls *lease) Release(ctx context.Context) error {
 	ns := ls.ns
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	st := ns.locks[ls.name]
-	if ls.gone || st == nil || st.holder != ls {
+	if ls.gone {
 		return fmt.Errorf("memory: %w", driver.ErrNotHeld)
 	}
-	ls.gone = true
 	ls.onLost = nil
-	ns.freeLocked(ls.name, st)
+	ns.freeLocked(ls.st, ls)
 	return nil
 }

@@ -141,7 +141,7 @@ func TestVersionWakeRace(t *testing.T) {
 				t.Error(err)
 			}
 		})
-		wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
+		wake, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func TestVersionRegistrationRenewed(t *testing.T) {
 func watchAndFail(t *testing.T, ctx context.Context, l *dlock.Locker, name string) <-chan struct{} {
 	t.Helper()
 	w := l.Driver()
-	wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
+	wake, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}

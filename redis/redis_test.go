@@ -180,7 +180,7 @@ func TestWatchWakes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wake, stop, err := w.(driver.Watcher).Watch(ctx, name)
+			wake, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,7 +223,7 @@ func TestWaiterQueue(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			_, stop, err := w.(driver.Watcher).Watch(ctx, name)
+			_, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
 			if err != nil {
 				t.Fatal(err)
 			}

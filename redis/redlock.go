@@ -122,8 +122,8 @@ func (r *redlock) Close() error {
 	return nil
 }
 
-func (r *redlock) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return r.hub.watch(ctx, r.names.get(name))
+func (r *redlock) Watch(ctx context.Context, req driver.Request) (<-chan struct{}, func(), error) {
+	return r.hub.watch(ctx, r.names.get(req.Name))
 }
 
 // redlockMinTTL is the shortest lease Redlock promises to grant: a

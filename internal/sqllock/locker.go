@@ -71,11 +71,11 @@ func (b blocking) Acquire(ctx context.Context, req driver.Request) (driver.Lease
 type watching struct{ *Locker }
 
 // Watch registers interest in releases of name.
-func (w watching) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (w watching) Watch(ctx context.Context, req driver.Request) (<-chan struct{}, func(), error) {
 	if err := w.ensure(ctx); err != nil { // the channel is named after the resolved table
 		return nil, nil, ctxErr(ctx, err)
 	}
-	return w.hub.watch(ctx, name)
+	return w.hub.watch(ctx, req.Name)
 }
 
 // New returns the driver for cfg.
