@@ -165,6 +165,7 @@ func TestBackends(t *testing.T) {
 		{"LostLeaseKillsAfterGrace", testLostLeaseKillsAfterGrace},
 		{"CrashFreesLock", testCrashFreesLock},
 		{"Unreachable", testUnreachable},
+		{"Semaphore", testSemaphore},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -596,4 +597,137 @@ func ptrStr[T any](p *T) string {
 		return "null"
 	}
 	return fmt.Sprint(*p)
+}
+
+// testSemaphore: "dlock run -n N" runs at most N COMMANDs at once, each
+// with a token of its own, larger than that of every permit released
+// before it was granted; with every permit held, -no-wait exits 75 and
+// another -n exits 64, and neither runs COMMAND. A backend without
+// semaphores refuses -n with a usage error.
+func testSemaphore(t *testing.T, f *fixture) {
+	ctx := testenv.Context(t, time.Minute)
+	dir, name := t.TempDir(), f.lockName(t)
+	const permits, jobs = 2, 5
+	n := strconv.Itoa(permits)
+	if f.caps(t, ctx).MaxPermits == 0 {
+		code, _, stderr := runDlock(t, ctx, jobEnv(dir, "nosem"), append([]string{"run", "-url", f.url, "-n", n, name}, jobCommand()...)...)
+		if code != exitUsage {
+			t.Errorf("-n on a backend without semaphores: status %d, want %d; stderr %q", code, exitUsage, stderr)
+		}
+		oneLineMsg(t, stderr, "has no semaphores")
+		if fileExists(filepath.Join(dir, "started.nosem")) {
+			t.Error("COMMAND ran")
+		}
+		return
+	}
+	slots := envSlots + "=" + n
+
+	// Every permit held (until "stop"): a third -no-wait is busy, and
+	// another number of permits is refused.
+	var holders []*dlockProc
+	for _, id := range []string{"h0", "h1"} {
+		p := f.start(t, ctx, name, dir, id, []string{slots}, "-n", n)
+		p.waitStarted(t, ctx, dir, id)
+		holders = append(holders, p)
+	}
+	code, _, stderr := runDlock(t, ctx, jobEnv(dir, "busy", slots), append([]string{"run", "-url", f.url, "-n", n, "-no-wait", name}, jobCommand()...)...)
+	if code != exitBusy {
+		t.Errorf("-no-wait with every permit held: status %d, want %d; stderr %q", code, exitBusy, stderr)
+	}
+	oneLineMsg(t, stderr, fmt.Sprintf("semaphore %q is busy: all %d permits are held; COMMAND not run", name, permits))
+	code, _, stderr = runDlock(t, ctx, jobEnv(dir, "other-n", slots), append([]string{"run", "-url", f.url, "-n", "3", "-no-wait", name}, jobCommand()...)...)
+	if code != exitUsage {
+		t.Errorf("-n 3 on a semaphore held with -n 2: status %d, want %d; stderr %q", code, exitUsage, stderr)
+	}
+	oneLineMsg(t, stderr, "-n must agree with the semaphore's holders")
+	for _, id := range []string{"busy", "other-n"} {
+		if fileExists(filepath.Join(dir, "started."+id)) {
+			t.Errorf("dlock %s ran COMMAND", id)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range holders {
+		if code := p.wait(t, time.Until(deadline(ctx))); code != 0 {
+			t.Errorf("holder %d: status %d, want 0; stderr %q", i, code, p.stderr)
+		}
+	}
+
+	// jobs dlocks that wait: at most permits at once, all of them run.
+	dir = t.TempDir()
+	var procs []*dlockProc
+	for i := range jobs {
+		procs = append(procs, f.start(t, ctx, name, dir, fmt.Sprint("j", i), []string{slots, envHold + "=500ms"}, "-n", n, "-wait", "50s"))
+	}
+	for i, p := range procs {
+		if code := p.wait(t, time.Until(deadline(ctx))); code != 0 {
+			t.Errorf("dlock j%d: status %d, want 0; stderr %q", i, code, p.stderr)
+		}
+	}
+	if fileExists(filepath.Join(dir, "overlap")) {
+		t.Fatalf("more than %d COMMANDs ran at once", permits)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type run struct {
+		start, end int64
+		token      uint64
+	}
+	runs := map[string]*run{}
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		w := strings.Fields(line)
+		if len(w) < 3 {
+			t.Fatalf("bad log line %q", line)
+		}
+		at, _ := strconv.ParseInt(w[2], 10, 64)
+		if runs[w[1]] == nil {
+			runs[w[1]] = &run{}
+		}
+		switch r := runs[w[1]]; {
+		case w[0] == "start" && len(w) == 4:
+			r.start = at
+			r.token, _ = strconv.ParseUint(w[3], 10, 64)
+		case w[0] == "end":
+			r.end = at
+		default:
+			t.Fatalf("bad log line %q", line)
+		}
+	}
+	if len(runs) != jobs {
+		t.Fatalf("%d jobs ran, want %d:\n%s", len(runs), jobs, log)
+	}
+	fencing := f.caps(t, ctx).Fencing
+	most := 0
+	for ida, a := range runs {
+		at := 0 // runs, a included, under way when a started
+		for idb, b := range runs {
+			if b.start <= a.start && a.start < b.end {
+				at++
+			}
+			if ida == idb || !fencing {
+				continue
+			}
+			if a.token == b.token {
+				t.Errorf("%s and %s have the same token %d", ida, idb, a.token)
+			}
+			// Every dlock asked at once; a job starts soon after its grant.
+			// A job that started a whole hold (500ms) after b's job ended,
+			// a second after b's started, was granted after b was: its
+			// token is larger (unless starting a job took over a second).
+			if b.end+int64(500*time.Millisecond) < a.start && a.token <= b.token {
+				t.Errorf("%s (token %d) started well after %s (token %d) ended, with a token not above it", ida, a.token, idb, b.token)
+			}
+		}
+		most = max(most, at)
+	}
+	if most > permits {
+		t.Errorf("%d COMMANDs ran at once, want at most %d:\n%s", most, permits, log)
+	}
+	if most < 2 {
+		// Not a failure of safety, but the semaphore behaved as a lock.
+		t.Errorf("never two COMMANDs at once with %d permits and %d waiting jobs:\n%s", permits, jobs, log)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,7 +76,11 @@ func TestUsageErrors(t *testing.T) {
 		{"zero ttl", nil, []string{"run", "-url", "mem://", "-ttl", "0s", "job", "--", "true"}, "-ttl 0s"},
 		{"negative grace", nil, []string{"run", "-url", "mem://", "-grace", "-1s", "job", "--", "true"}, "-grace -1s"},
 		{"bad duration", nil, []string{"run", "-url", "mem://", "-ttl", "soon", "job", "--", "true"}, "invalid value"},
-		{"unknown flag", nil, []string{"run", "-url", "mem://", "-n", "job", "--", "true"}, "-n"},
+		{"unknown flag", nil, []string{"run", "-url", "mem://", "-x", "job", "--", "true"}, "-x"},
+		{"zero permits", nil, []string{"run", "-url", "mem://", "-n", "0", "job", "--", "true"}, "-n 0: want a number of permits of at least 1"},
+		{"negative permits", nil, []string{"run", "-url", "mem://", "-n", "-2", "job", "--", "true"}, "-n -2: want a number of permits of at least 1"},
+		{"permits not a number", nil, []string{"run", "-url", "mem://", "-n", "four", "job", "--", "true"}, `invalid value "four" for flag -n`},
+		{"permits above the maximum", nil, []string{"run", "-url", "mem://", "-n", "1000000000", "job", "--", "true"}, "-n 1000000000: memory (in-process) allows at most 1048576 permits"},
 		{"no name", nil, []string{"run", "-url", "mem://"}, "missing lock NAME"},
 		{"no command", nil, []string{"run", "-url", "mem://", "job", "--"}, "missing COMMAND"},
 		{"flag after name", nil, []string{"run", "-url", "mem://", "job", "-no-wait", "--", "true"}, "flags go before NAME"},
@@ -116,7 +121,7 @@ func inProcess(env map[string]string, args ...string) (code int, stdout, stderr 
 // TestHelp: "dlock help" is the whole text; "dlock run -h" and "dlock
 // help run" are run's usage and flags only, and likewise for status.
 func TestHelp(t *testing.T) {
-	runFlags := []string{"-url-file FILE", "-url URL", "-ttl D", "-wait D", "-no-wait", "-E CODE", "-grace D", "-v"}
+	runFlags := []string{"-url-file FILE", "-url URL", "-ttl D", "-wait D", "-no-wait", "-E CODE", "-grace D", "-n N", "-v"}
 	statusFlags := []string{"-url-file FILE", "-url URL", "-json", "-timeout D"}
 	whole := append([]string{"dlock run [flags] NAME -- COMMAND", "dlock status [flags] NAME", "dlock version", "DLOCK_TOKEN",
 		"ps shows", "-url-file /etc/dlock/redis.url", "redis://", "redlock://", "zk://", "postgres://", "mysql://",
@@ -240,6 +245,24 @@ func TestCommandOutcomes(t *testing.T) {
 			t.Errorf("COMMAND's environment:\n%s\nwant:\n%s", got, want)
 		}
 		if !strings.Contains(stderr, `acquired lock "reports/daily" (fence 1`) || !strings.Contains(stderr, "released") {
+			t.Errorf("-v: stderr = %q, want acquire and release lines", stderr)
+		}
+	})
+
+	// -n: a permit of the semaphore, apart from the lock of that name.
+	t.Run("semaphore", func(t *testing.T) {
+		env := jobEnv(dir, "sem", envHold+"=0s")
+		args := append([]string{"run", "-url", "mem://", "-n", "3", "-v", "reports/daily"}, jobCommand()...)
+		code, _, stderr := runDlock(t, ctx, env, args...)
+		if code != 0 {
+			t.Fatalf("status %d, want 0; stderr %q", code, stderr)
+		}
+		got := waitFile(t, ctx, filepath.Join(dir, "env.sem"))
+		want := "DLOCK_NAME=reports/daily\nDLOCK_TOKEN=1\nDLOCK_URL=mem://\nDLOCK_PERMITS=3\n"
+		if got != want {
+			t.Errorf("COMMAND's environment:\n%s\nwant:\n%s", got, want)
+		}
+		if !strings.Contains(stderr, `acquired a permit of semaphore "reports/daily" (fence 1`) || !strings.Contains(stderr, `released a permit of semaphore "reports/daily"`) {
 			t.Errorf("-v: stderr = %q, want acquire and release lines", stderr)
 		}
 	})
@@ -406,10 +429,20 @@ func TestErrText(t *testing.T) {
 
 func TestChildEnv(t *testing.T) {
 	base := []string{"PATH=/bin", "DLOCK_URL=postgres://app:sekrit@db/app", "DLOCK_TOKEN=1", "HOME=/root"}
-	got := childEnv(base, "n", 42, "postgres://app:sekrit@db/app?strategy=advisory")
+	got := childEnv(base, "n", 42, "postgres://app:sekrit@db/app?strategy=advisory", 0)
 	want := []string{"PATH=/bin", "HOME=/root", "DLOCK_NAME=n", "DLOCK_TOKEN=42", "DLOCK_URL=postgres://app:xxxxx@db/app?strategy=advisory"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("childEnv = %q, want %q", got, want)
+	}
+	// With -n, DLOCK_PERMITS too; an inherited one is dropped without.
+	base = append(base, "DLOCK_PERMITS=9")
+	got = childEnv(base, "n", 42, "mem://", 4)
+	want = []string{"PATH=/bin", "HOME=/root", "DLOCK_NAME=n", "DLOCK_TOKEN=42", "DLOCK_URL=mem://", "DLOCK_PERMITS=4"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("childEnv with permits = %q, want %q", got, want)
+	}
+	if got := childEnv(base, "n", 42, "mem://", 0); slices.Contains(got, "DLOCK_PERMITS=9") {
+		t.Errorf("childEnv of a lock kept an inherited DLOCK_PERMITS: %q", got)
 	}
 }
 

@@ -2,7 +2,7 @@
 // make a cron or deploy job run on only one host at a time, like flock(1)
 // across machines.
 //
-//	dlock run [-url-file FILE | -url URL] [-ttl D] [-wait D | -no-wait] [-E CODE] [-grace D] [-v] NAME -- COMMAND [ARG...]
+//	dlock run [-url-file FILE | -url URL] [-ttl D] [-wait D | -no-wait] [-E CODE] [-grace D] [-n N] [-v] NAME -- COMMAND [ARG...]
 //	dlock status [-url-file FILE | -url URL] [-json] [-timeout D] NAME
 //	dlock version
 //	dlock help [run | status]
@@ -18,6 +18,18 @@
 // lock dlock could not get exits 75, or the CODE of -E CODE (as flock -E).
 // A lock service that does not answer is reported (status 69) within the
 // budget of the wait: D with -wait D, one second with -no-wait.
+//
+// With -n N, "dlock run" holds one of the N permits of the counting
+// semaphore NAME instead of the lock NAME (as consul lock -n): at most N
+// COMMANDs run at once across hosts. Everything else is as for a lock:
+// waiting, -wait, -no-wait and -E (75 when every permit is held), the
+// keep-alive, the signals, status 76 when the permit is lost. Each permit
+// has a fencing token of its own (DLOCK_TOKEN), above those of the permits
+// released before it was granted; COMMAND also gets DLOCK_PERMITS=N.
+// Semaphores are apart from locks: the semaphore "x" and the lock "x" are
+// unrelated. Every dlock of one semaphore must give the same N while any
+// permit is held: another N is a usage error (64), as are N < 1, N above
+// the backend's maximum, and -n on a backend without semaphores.
 //
 // A duration D is a number of seconds, as flock -w takes it (5, 0.5), or a
 // Go duration (90s, 1m30s, 500ms).
@@ -402,6 +414,11 @@ the lease alive while COMMAND runs, releases the lock when COMMAND exits, and
 exits with COMMAND's status. Signals to dlock (INT, TERM, HUP, QUIT, USR1,
 USR2) are forwarded to COMMAND's process group. If the lease is lost, COMMAND
 gets SIGTERM, then SIGKILL after -grace, and dlock exits 76.
+
+With -n N it holds one of the N permits of the semaphore NAME instead (as
+consul lock -n): at most N COMMANDs at once, each with a token of its own and
+DLOCK_PERMITS=N; the rest is as for a lock (75 when every permit is held).
+Every dlock of a semaphore must give the same N while a permit is held.
 `
 	statusAbout = `dlock status prints whether the lock NAME is held and, where the backend can
 tell, by whom (host/pid), until when, its last fencing token and its waiters.
@@ -478,6 +495,10 @@ dlock's user can read it: create it with install -m 600 /dev/null, then edit it)
 
   # MySQL/MariaDB GET_LOCK, the URL in the environment of a script.
   DLOCK_URL=$(cat /etc/dlock/mysql.url) dlock run -wait 1m migrate -- ./migrate up
+
+  # At most 4 exports at once against a fragile API, on every host: one of
+  # the 4 permits of the semaphore "exports", waiting up to an hour for one.
+  dlock run -url-file /etc/dlock/redis.url -n 4 -wait 1h exports -- ./export.sh
 
   # Who holds it?
   dlock status -url-file /etc/dlock/redis.url nightly-backup

@@ -31,6 +31,7 @@ const (
 	envHold   = "JOB_HOLD"             // how long to run; default: until JOB_DIR/stop exists
 	envOnSig  = "JOB_ONSIG"            // on SIGINT/SIGTERM: "exit" (status 0, the default), "die" (of it), "ignore"
 	envExit   = "JOB_EXIT"             // exit status when done
+	envSlots  = "JOB_SLOTS"            // jobs that may run at once (default 1): a semaphore's permits
 )
 
 func TestMain(m *testing.M) {
@@ -63,9 +64,10 @@ func buildAndRun(m *testing.M) int {
 }
 
 // jobMain is the helper COMMAND: it records its environment and its start
-// in JOB_DIR, detects an overlap with another job (a marker file created
-// with O_EXCL), runs until JOB_HOLD passes or JOB_DIR/stop appears,
-// records the signals it gets, and exits with JOB_EXIT.
+// in JOB_DIR, detects an overlap with another job (one of JOB_SLOTS marker
+// files, created with O_EXCL: an overlap is a job that finds every one
+// taken), runs until JOB_HOLD passes or JOB_DIR/stop appears, records the
+// signals it gets, and exits with JOB_EXIT.
 func jobMain() int {
 	dir, id := os.Getenv(envDir), os.Getenv(envID)
 	sigs := make(chan os.Signal, 8)
@@ -77,13 +79,27 @@ func jobMain() int {
 			f.Close()
 		}
 	}
-	record("env."+id, fmt.Sprintf("%s=%s\n%s=%s\n%s=%s", envName, os.Getenv(envName), envToken, os.Getenv(envToken), envURL, os.Getenv(envURL)))
-	inside := filepath.Join(dir, "inside")
-	if f, err := os.OpenFile(inside, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err != nil {
+	env := fmt.Sprintf("%s=%s\n%s=%s\n%s=%s", envName, os.Getenv(envName), envToken, os.Getenv(envToken), envURL, os.Getenv(envURL))
+	if p, ok := os.LookupEnv(envPermits); ok {
+		env += "\n" + envPermits + "=" + p
+	}
+	record("env."+id, env)
+	slots, _ := strconv.Atoi(os.Getenv(envSlots))
+	inside := ""
+	for k := range max(slots, 1) {
+		marker := filepath.Join(dir, "inside")
+		if k > 0 {
+			marker += "." + strconv.Itoa(k)
+		}
+		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+			f.Close()
+			inside = marker
+			break
+		}
+	}
+	if inside == "" {
 		record("overlap", id)
 		return 99
-	} else {
-		f.Close()
 	}
 	record("log", fmt.Sprintf("start %s %d %s", id, time.Now().UnixNano(), os.Getenv(envToken)))
 	record("started."+id, strconv.Itoa(os.Getpid()))

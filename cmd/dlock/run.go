@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,8 @@ import (
 const (
 	envName  = "DLOCK_NAME"
 	envToken = "DLOCK_TOKEN"
+	// envPermits (DLOCK_PERMITS) is the number of permits with -n.
+	envPermits = "DLOCK_PERMITS"
 	// envURL (DLOCK_URL) is shared with the input side; see main.go.
 )
 
@@ -46,6 +49,18 @@ type runOpts struct {
 	grace   time.Duration
 	busy    int // exit status when the lock is busy (-E)
 	verbose bool
+	// permits is -n: 0 for the lock NAME, N for one of the N permits of
+	// the semaphore NAME.
+	permits int
+}
+
+// what names what dlock run takes, for its messages: lock "x", or a
+// permit of semaphore "x".
+func (o runOpts) what(name string) string {
+	if o.permits > 0 {
+		return fmt.Sprintf("a permit of semaphore %q", name)
+	}
+	return fmt.Sprintf("lock %q", name)
 }
 
 // newRunFlags returns the flag set of "dlock run" writing into o (which may
@@ -61,6 +76,7 @@ func newRunFlags(o *runOpts) *flag.FlagSet {
 	fs.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("do not wait: exit with status 75 (or -E's) at once when the lock is held; the lock service gets %v to answer", noWaitBudget))
 	fs.IntVar(&o.busy, "E", exitBusy, "exit status `CODE` (0-255) when the lock is busy (-no-wait) or -wait ran out, as flock -E")
 	durationVar(fs, &o.grace, "grace", defaultGrace, "after a lost lease, time `D` between SIGTERM and SIGKILL to COMMAND")
+	fs.IntVar(&o.permits, "n", 0, "hold one of the `N` permits of the semaphore NAME, not the lock NAME (as consul lock -n): at most N COMMANDs at once")
 	fs.BoolVar(&o.verbose, "v", false, "report acquire, release and forwarded signals on standard error")
 	fs.SetOutput(discard{})
 	return fs
@@ -104,6 +120,8 @@ func parseRun(args []string) (o runOpts, name string, command []string, msg stri
 		return o, "", nil, fmt.Sprintf("-grace %v: want a non-negative duration", o.grace), false
 	case o.busy < 0 || o.busy > 255:
 		return o, "", nil, fmt.Sprintf("-E %d: want an exit status from 0 to 255", o.busy), false
+	case set["n"] && o.permits < 1:
+		return o, "", nil, fmt.Sprintf("-n %d: want a number of permits of at least 1", o.permits), false
 	}
 	name, command, msg = runArgs(fs.Args(), flagsEndWithDashes(fs, args))
 	return o, name, command, msg, false
@@ -185,7 +203,7 @@ func (c cli) run(args []string) int {
 	defer l.Close()
 	if o.verbose {
 		caps := l.Capabilities()
-		c.say(rawURL, "acquired lock %q (fence %d, %s/%s)", name, lease.Token(), caps.Backend, caps.Strategy)
+		c.say(rawURL, "acquired %s (fence %d, %s/%s)", o.what(name), lease.Token(), caps.Backend, caps.Strategy)
 	}
 	return c.runCommand(sigs, rawURL, name, o, l, lease, command)
 }
@@ -223,7 +241,7 @@ func (c cli) acquireInterruptibly(sigs <-chan os.Signal, rawURL, name string, o 
 				release(r.lease)
 				r.l.Close()
 			}
-			return nil, nil, c.failf(signalStatus(sig), rawURL, "interrupted by %v while waiting for lock %q; COMMAND not run", sig, name)
+			return nil, nil, c.failf(signalStatus(sig), rawURL, "interrupted by %v while waiting for %s; COMMAND not run", sig, o.what(name))
 		}
 	}
 }
@@ -266,14 +284,18 @@ func (c cli) acquire(ctx context.Context, rawURL, name string, o runOpts) (*dloc
 		}
 		return nil, nil, openStatus(err), openFailure(err) + "; COMMAND not run"
 	}
-	opts := &dlock.AcquireOptions{TTL: o.ttl, Owner: owner()}
-	lease, err := l.TryAcquire(firstCtx, name, opts)
+	take, msg := c.taker(l, name, o)
+	if take == nil {
+		l.Close()
+		return nil, nil, exitUsage, msg + "; COMMAND not run"
+	}
+	lease, err := take(firstCtx, false)
 	answered := err == nil || errors.Is(err, dlock.ErrNotAcquired)
 	if errors.Is(err, dlock.ErrNotAcquired) && !o.noWait {
 		if o.verbose {
-			c.say(rawURL, "lock %q is busy%s; waiting", name, holder(l, name))
+			c.say(rawURL, "%s; waiting", busy(l, name, o))
 		}
-		lease, err = l.Acquire(waitCtx, name, opts)
+		lease, err = take(waitCtx, true)
 	}
 	if err == nil {
 		return l, lease, 0, ""
@@ -285,16 +307,70 @@ func (c cli) acquire(ctx context.Context, rawURL, name string, o runOpts) (*dloc
 	case !answered && firstCtx.Err() != nil:
 		return noAnswer()
 	case errors.Is(err, dlock.ErrNotAcquired):
-		return nil, nil, o.busy, fmt.Sprintf("lock %q is busy%s; COMMAND not run", name, holder(l, name))
+		return nil, nil, o.busy, busy(l, name, o) + "; COMMAND not run"
 	case waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
-		return nil, nil, o.busy, fmt.Sprintf("gave up waiting for lock %q after %v%s; COMMAND not run", name, o.wait, holder(l, name))
+		return nil, nil, o.busy, fmt.Sprintf("gave up waiting for %s after %v%s; COMMAND not run", o.what(name), o.wait, holder(l, name, o))
+	case o.permits > 0 && errors.Is(err, dlock.ErrInvalidOption):
+		// Another -n for the same semaphore, stored by its holders: the
+		// driver's message says both numbers.
+		return nil, nil, exitUsage, errText(err) + " (-n must agree with the semaphore's holders); COMMAND not run"
 	}
 	return nil, nil, openStatus(err), "lock service failed: " + errText(err) + "; COMMAND not run"
 }
 
-// holder describes the current holder of name for a "busy" message, or ""
-// when the backend cannot tell.
-func holder(l *dlock.Locker, name string) string {
+// taker returns what takes the lock NAME or, with -n, a permit of the
+// semaphore NAME: one attempt, or (wait) until ctx ends. Without one it
+// says why, a usage error: -n on a backend without semaphores, or above
+// its maximum.
+func (c cli) taker(l *dlock.Locker, name string, o runOpts) (take func(ctx context.Context, wait bool) (*dlock.Lease, error), msg string) {
+	if o.permits == 0 {
+		opts := &dlock.AcquireOptions{TTL: o.ttl, Owner: owner()}
+		return func(ctx context.Context, wait bool) (*dlock.Lease, error) {
+			if wait {
+				return l.Acquire(ctx, name, opts)
+			}
+			return l.TryAcquire(ctx, name, opts)
+		}, ""
+	}
+	sem, err := l.Semaphore(name, o.permits)
+	caps := l.Capabilities()
+	backend := caps.Backend
+	if caps.Strategy != "" {
+		backend += " (" + caps.Strategy + ")"
+	}
+	switch {
+	case errors.Is(err, dlock.ErrUnsupported):
+		return nil, fmt.Sprintf("-n %d: %s has no semaphores; without -n, dlock run takes the lock NAME", o.permits, backend)
+	case errors.Is(err, dlock.ErrInvalidOption) && o.permits > caps.MaxPermits:
+		return nil, fmt.Sprintf("-n %d: %s allows at most %d permits", o.permits, backend, caps.MaxPermits)
+	case err != nil:
+		return nil, fmt.Sprintf("-n %d: %s", o.permits, errText(err))
+	}
+	// A permit has no owner: permits are not reentrant, and dlock status
+	// inspects locks only.
+	opts := &dlock.AcquireOptions{TTL: o.ttl}
+	return func(ctx context.Context, wait bool) (*dlock.Lease, error) {
+		if wait {
+			return sem.Acquire(ctx, opts)
+		}
+		return sem.TryAcquire(ctx, opts)
+	}, ""
+}
+
+// busy says that the lock or every permit of the semaphore is held.
+func busy(l *dlock.Locker, name string, o runOpts) string {
+	if o.permits > 0 {
+		return fmt.Sprintf("semaphore %q is busy: all %d permits are held", name, o.permits)
+	}
+	return fmt.Sprintf("lock %q is busy%s", name, holder(l, name, o))
+}
+
+// holder describes the current holder of the lock name for a "busy"
+// message, or "" when the backend cannot tell or name is a semaphore.
+func holder(l *dlock.Locker, name string, o runOpts) string {
+	if o.permits > 0 {
+		return ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
 	defer cancel()
 	info, err := l.Inspect(ctx, name)
@@ -330,21 +406,26 @@ func release(lease *dlock.Lease) error {
 	return lease.Release(ctx)
 }
 
-// childEnv is base with DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL (password
-// redacted) set, replacing any inherited values.
-func childEnv(base []string, name string, token uint64, rawURL string) []string {
-	out := make([]string, 0, len(base)+3)
+// childEnv is base with DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL (password
+// redacted) and, for a permit of a semaphore (permits > 0),
+// DLOCK_PERMITS set, replacing any inherited values.
+func childEnv(base []string, name string, token uint64, rawURL string, permits int) []string {
+	out := make([]string, 0, len(base)+4)
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == envName || k == envToken || k == envURL {
+		if k == envName || k == envToken || k == envURL || k == envPermits {
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out,
+	out = append(out,
 		envName+"="+name,
 		fmt.Sprintf("%s=%d", envToken, token),
 		envURL+"="+driver.Redact(rawURL))
+	if permits > 0 {
+		out = append(out, envPermits+"="+strconv.Itoa(permits))
+	}
+	return out
 }
 
 // runCommand runs COMMAND while lease is held, forwards signals to it,
@@ -353,7 +434,7 @@ func childEnv(base []string, name string, token uint64, rawURL string) []string 
 func (c cli) runCommand(sigs <-chan os.Signal, rawURL, name string, o runOpts, l *dlock.Locker, lease *dlock.Lease, command []string) int {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = childEnv(os.Environ(), name, lease.Token(), rawURL)
+	cmd.Env = childEnv(os.Environ(), name, lease.Token(), rawURL, o.permits)
 	setProcAttr(cmd)
 
 	started := make(chan error, 1)
@@ -377,7 +458,7 @@ func (c cli) runCommand(sigs <-chan os.Signal, rawURL, name string, o runOpts, l
 			code = exitNotFound
 		}
 		if relErr != nil {
-			c.say(rawURL, "release lock %q: %s", name, errText(relErr))
+			c.say(rawURL, "release %s: %s", o.what(name), errText(relErr))
 		}
 		return c.failf(code, rawURL, "cannot run %s: %s", command[0], oneLine(err.Error()))
 	}
@@ -401,7 +482,7 @@ loop:
 		case <-leaseEnd:
 			leaseEnd = nil
 			lostErr = lease.Err()
-			c.say(rawURL, "lock %q lost while COMMAND was running (%s); sending SIGTERM to COMMAND, SIGKILL in %v", name, errText(lostErr), o.grace)
+			c.say(rawURL, "%s lost while COMMAND was running (%s); sending SIGTERM to COMMAND, SIGKILL in %v", o.what(name), errText(lostErr), o.grace)
 			signalGroup(cmd.Process, syscall.SIGTERM)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()
@@ -416,21 +497,21 @@ loop:
 
 	if lostErr != nil {
 		release(lease) // best effort: the server no longer holds it for us
-		return c.failf(exitLost, rawURL, "lock %q was lost; COMMAND was terminated (its status: %d)", name, status)
+		return c.failf(exitLost, rawURL, "%s was lost; COMMAND was terminated (its status: %d)", o.what(name), status)
 	}
 	err := release(lease)
 	switch {
 	case err == nil:
 		if o.verbose {
-			c.say(rawURL, "released lock %q; COMMAND exited with status %d", name, status)
+			c.say(rawURL, "released %s; COMMAND exited with status %d", o.what(name), status)
 		}
 		return status
 	case errors.Is(err, dlock.ErrNotHeld):
 		// The lease ended while COMMAND ran, unnoticed until now: its work
 		// may have overlapped another holder's.
-		return c.failf(exitLost, rawURL, "lock %q was lost while COMMAND ran (%s); COMMAND exited with status %d", name, errText(err), status)
+		return c.failf(exitLost, rawURL, "%s was lost while COMMAND ran (%s); COMMAND exited with status %d", o.what(name), errText(err), status)
 	default:
-		c.say(rawURL, "could not release lock %q (%s); the lock service frees it when the lease ends", name, errText(err))
+		c.say(rawURL, "could not release %s (%s); the lock service frees it when the lease ends", o.what(name), errText(err))
 		return status
 	}
 }
