@@ -171,6 +171,14 @@ func (rep *Report) WriteTable(w io.Writer) {
 					optional(f.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
 					optional(f.FailedPerGrant, twoDecimals), viol(f)}
 			}
+		case Semaphore:
+			head = []string{"grants/s", "ideal/s", "×ideal", "rate×floor", "hold", "acq p50", "acq p99", "acq p99.9", "max wait", "rel p50", "jain", "failed/grant", "viol"}
+			cells = func(r *Row, f applicable) []string {
+				return []string{l.interval(f.Rate, rate), rate(Med(r.Ideal)), ratioIv(r.ToIdeal), ratioIv(r.RateToFloor),
+					optional(f.HoldNs, dur), optional(f.P50, dur), optional(f.P99, dur), optional(f.P999, dur), optional(f.MaxWait, dur),
+					optional(f.ReleaseP50, dur), optional(f.Jain, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
+					optional(f.FailedPerGrant, twoDecimals), viol(f)}
+			}
 		case Scale:
 			head = []string{"grants/s", "floor/s", "rate×floor", "core %", "core % at 30s TTL", "failed/grant", "cmds/grant", "viol"}
 			pct := func(v float64) string { return fmt.Sprintf("%.2f", v) }
@@ -219,7 +227,7 @@ func viol(f applicable) string {
 }
 
 func paramLine(p map[string]any) string {
-	keys := []string{"clients", "names", "hold", "work", "duration", "load", "rounds", "lease_ttl", "window"}
+	keys := []string{"permits", "clients", "names", "hold", "work", "duration", "load", "rounds", "lease_ttl", "window"}
 	var parts []string
 	for _, k := range keys {
 		if v, ok := p[k]; ok {

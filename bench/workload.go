@@ -16,11 +16,12 @@ const (
 	Fairness    = "fairness"    // one hot name, 16 clients re-acquiring at once after each release
 	OpenLoop    = "openloop"    // Poisson arrivals at a fraction of the measured capacity
 	// Scale (scale.go) is the curves of one Locker's cost as its names,
-	// leases and waiters grow.
+	// leases and waiters grow; Semaphore (semaphore.go) a counting
+	// semaphore with more clients than permits.
 )
 
 // Kinds lists the workload kinds in the order they run.
-var Kinds = []string{Uncontended, ManyKeys, Handoff, Fairness, OpenLoop, Scale}
+var Kinds = []string{Uncontended, ManyKeys, Handoff, Fairness, OpenLoop, Semaphore, Scale}
 
 // Workload is one measured configuration. It is plain data (it crosses
 // the process boundary with -procs).
@@ -52,6 +53,8 @@ type Workload struct {
 	// ScaleLeases (Names leases held) or ScaleWaiters (Clients is the
 	// point).
 	Axis string `json:"axis,omitempty"`
+	// Permits (semaphore only) is the semaphore's number of permits.
+	Permits int `json:"permits,omitempty"`
 }
 
 // FreshLabel is the label of the uncontended workload on fresh names.
@@ -77,6 +80,8 @@ func (w Workload) Label() string {
 		return fmt.Sprintf("fairness c=%d", w.Clients)
 	case OpenLoop:
 		return fmt.Sprintf("openloop %d%%", int(w.Load*100+0.5))
+	case Semaphore:
+		return fmt.Sprintf("semaphore n=%d c=%d hold=%v", w.Permits, w.Clients, w.Hold)
 	case Scale:
 		switch w.Axis {
 		case ScaleNames:
@@ -109,6 +114,10 @@ func (w Workload) Params() map[string]any {
 	}
 	if w.Fresh {
 		p["name_choice"] = "a name never used before for every operation"
+	}
+	if w.Kind == Semaphore {
+		p["permits"] = w.Permits
+		p["name_choice"] = "one semaphore"
 	}
 	if w.Kind == Scale {
 		p["axis"] = w.Axis
@@ -195,6 +204,12 @@ func Plan(o PlanOptions) []Workload {
 		for _, l := range loads {
 			ws = append(ws, Workload{Kind: OpenLoop, Clients: 4 * p, Names: names, Load: l, Duration: d(time.Second, 250*time.Millisecond)})
 		}
+	}
+	if want(Semaphore) {
+		// One target's time, split between dlock and its floor: 3 s
+		// (6 rounds of 250 ms a side), 600 ms with -quick (3 rounds of
+		// 100 ms a side).
+		ws = append(ws, semaphoreWorkload(d(3*time.Second, 600*time.Millisecond)))
 	}
 	if want(Scale) {
 		// One point: 450 ms (names: 3 rounds of 75 ms for dlock and for

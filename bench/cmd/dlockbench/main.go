@@ -15,7 +15,7 @@
 //	                every target runs one slice of the workload, the targets
 //	                alternating, and every figure is the median of the rounds
 //	                with a confidence interval (95 % from 6 rounds on)
-//	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop,scale (default all)
+//	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop,semaphore,scale (default all)
 //	-backend LIST   only targets whose name or server starts with one of these (e.g. redis,postgres/advisory,memory)
 //	-procs N        run the clients as N separate processes (this program re-executed) instead of goroutines
 //	-url URL        a dlock URL to measure (repeatable); its server's floor, round trip and peers run too

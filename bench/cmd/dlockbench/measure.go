@@ -82,7 +82,7 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		case bench.Uncontended:
 			say("%s", w.Kind)
 			out[i] = m.alternate(ctx, w)
-		case bench.OpenLoop, bench.Scale:
+		case bench.OpenLoop, bench.Scale, bench.Semaphore:
 		default:
 			together = append(together, m.begin(i, w))
 		}
@@ -112,6 +112,13 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 			m.runRound(ctx, c, round)
 		}
 		out[i] = m.finish(c)
+	}
+	for i, w := range plan {
+		if w.Kind != bench.Semaphore || ctx.Err() != nil {
+			continue
+		}
+		say("%s", w.Label())
+		out[i] = m.semaphore(ctx, w)
 	}
 	for i, w := range plan {
 		if w.Kind != bench.Scale || ctx.Err() != nil {
@@ -163,6 +170,13 @@ func (m *measurer) estimate(plan []bench.Workload) {
 		case w.Kind == bench.Uncontended:
 			m.steps++
 			m.total += time.Duration(n) * (w.Duration + runOverhead)
+			continue
+		case w.Kind == bench.Semaphore:
+			// Every dlock target is tried; those without semaphores end
+			// at their first client.
+			n = len(m.scaleTargets())
+			m.steps += n
+			m.total += time.Duration(n) * (w.Duration + 2*runOverhead)
 			continue
 		case w.Kind == bench.Scale:
 			n = len(m.scaleTargets())
@@ -257,6 +271,30 @@ func (m *measurer) scale(ctx context.Context, w bench.Workload) []*bench.Row {
 			m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
 		}
 		rows = append(rows, row)
+	}
+	return rows
+}
+
+// semaphore measures the semaphore workload on every dlock target whose
+// backend has semaphores, one after another, each beside its backend's
+// semaphore floor (bench.RunSemaphore); a target without semaphores has
+// no row.
+func (m *measurer) semaphore(ctx context.Context, w bench.Workload) []*bench.Row {
+	var rows []*bench.Row
+	for _, t := range m.scaleTargets() {
+		if ctx.Err() != nil {
+			break
+		}
+		if why, ok := m.broken[t.Name]; ok {
+			rows = append(rows, bench.SkippedRow(t, w, "not run after an earlier failure: "+why))
+			continue
+		}
+		m.show(t.Name+" · "+w.Label(), w.Duration+2*runOverhead)
+		rs, err := bench.RunSemaphore(ctx, t, w, m.rounds)
+		if err != nil {
+			continue // no semaphores, or interrupted
+		}
+		rows = append(rows, rs...)
 	}
 	return rows
 }
