@@ -144,7 +144,7 @@ func (rep *Report) charts() []figure {
 	for _, hold := range rep.handoffHolds() {
 		facets = append(facets, handoffRateFacet(hold), handoffLatencyFacet(hold))
 	}
-	facets = append(facets, fairnessFacet(), manyKeysFacet(), openLoopFacet())
+	facets = append(facets, fairnessFacet(), manyKeysFacet(), openLoopFacet(), semaphoreFacet())
 	colours, cover := rep.seriesColours(), rep.coverage()
 	var out []figure
 	for _, f := range facets {
@@ -451,5 +451,31 @@ func openLoopFacet() facet {
 		format:    durTick,
 		rightHead: "served of offered",
 		marks:     []string{"tail"},
+	}
+}
+
+// semaphoreFacet draws the semaphore workload: each dlock target beside
+// its backend's semaphore floor.
+func semaphoreFacet() facet {
+	return facet{
+		id:    "semaphore",
+		title: "Semaphore: grants per second with more clients than permits",
+		caption: fmt.Sprintf("%d clients (a Locker or connection each) on one counting semaphore of %d permits, each holding a permit 1 ms "+
+			"and asking again at once; each target beside its backend's hand-written semaphore floor (same guarantees: at most N, "+
+			"fenced, expiring or session-bound), the two alternating slice by slice. Bars: grants/s, median over the rounds with its "+
+			"interval. The black tick is the ideal, N/hold: every permit always held, handed over in no time. The right-hand column is "+
+			"the rate over the ideal, paired per round. Higher is better.", SemClients, SemPermits),
+		rows: func(r *Row) bool { return r.Workload == Semaphore },
+		toBar: func(r *Row) (chartBar, string) {
+			b, why := intervalBar(r.Rate, perSec)
+			b.Mark = Med(r.Ideal)
+			b.Right, b.RightWide = ratioLabel(r.ToIdeal)
+			return b, why
+		},
+		desc:      true,
+		axis:      "grants/s, higher is better",
+		format:    rateTick,
+		rightHead: "×ideal",
+		marks:     []string{"whisker", "mark"},
 	}
 }

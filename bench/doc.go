@@ -28,7 +28,9 @@
 // # Workloads, rounds and the runner
 //
 // Plan returns the workloads (uncontended on one name and on fresh names,
-// many keys, handoff, fairness, open loop, and the scale curves of
+// many keys, handoff, fairness, open loop, the counting semaphore of
+// semaphore.go (RunSemaphore: more clients than permits, beside each
+// backend's semaphore floor), and the scale curves of
 // scale.go: one Locker as its names, leases and waiters grow, measured by
 // RunScale). Every figure is measured in rounds, the targets taking
 // turns within each, so that a burst of load on the machine lands on all
