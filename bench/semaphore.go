@@ -47,10 +47,6 @@ func semaphoreWorkload(d time.Duration) Workload {
 // semaphores: the target has no row.
 var errNoSemaphores = errors.New("no semaphores")
 
-// IsNoSemaphores reports whether RunSemaphore's error says that the
-// target's backend has no semaphores (and so no row).
-func IsNoSemaphores(err error) bool { return errors.Is(err, errNoSemaphores) }
-
 // semOpener opens one client of a backend's semaphore floor on the server
 // URL with the workload's permits.
 type semOpener func(ctx context.Context, serverURL string, permits int) (Client, error)
@@ -281,10 +277,37 @@ func (s *semSide) row(t Target, w Workload, kind, name string) *Row {
 // RunSemaphore measures the semaphore workload w on the dlock target t,
 // beside its backend's semaphore floor, in rounds: in each, dlock and the
 // floor run a slice of w.Duration/(2·rounds) each, in an order that flips
-// every round. It returns t's row and the floor's (nil without a floor),
-// or an error for which IsNoSemaphores is true when t's backend has no
-// semaphores. A target that could not be measured gets a skipped row.
-func RunSemaphore(ctx context.Context, t Target, w Workload, rounds int) (rows []*Row, err error) {
+// every round. It returns t's row and the floor's (none without a floor),
+// or an error wrapping errNoSemaphores when t's backend has no
+// semaphores. A target that could not be measured gets a skipped row. A
+// run that does not end within its limit (a driver ignoring its context)
+// is abandoned, its goroutines and connections left behind: RunSemaphore
+// returns a skipped row and an error wrapping ErrStuck.
+func RunSemaphore(ctx context.Context, t Target, w Workload, rounds int) ([]*Row, error) {
+	type result struct {
+		rows []*Row
+		err  error
+	}
+	done := make(chan result, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		rows, err := runSemaphore(rctx, t, w, rounds)
+		done <- result{rows, err}
+	}()
+	limit := connectTimeout + w.Duration + time.Duration(rounds)*2*opTimeout + scaleSlack
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.rows, r.err
+	case <-timer.C:
+		err := fmt.Errorf("%w: the run did not end within %v", ErrStuck, limit)
+		return []*Row{SkippedRow(t, w, err.Error())}, err
+	}
+}
+
+func runSemaphore(ctx context.Context, t Target, w Workload, rounds int) (rows []*Row, err error) {
 	octx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	var dcs, fcs []Client

@@ -291,7 +291,10 @@ func (m *measurer) semaphore(ctx context.Context, w bench.Workload) []*bench.Row
 		}
 		m.show(t.Name+" · "+w.Label(), w.Duration+2*runOverhead)
 		rs, err := bench.RunSemaphore(ctx, t, w, m.rounds)
-		if err != nil {
+		if errors.Is(err, bench.ErrStuck) {
+			// Each further run would wait out the same limit.
+			m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
+		} else if err != nil {
 			continue // no semaphores, or interrupted
 		}
 		rows = append(rows, rs...)
