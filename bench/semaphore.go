@@ -20,7 +20,7 @@ import (
 // processes would be), each holding a permit for the hold, taking it again
 // at once. It runs on every dlock target whose backend has semaphores
 // (Capabilities.MaxPermits > 0), each beside its backend's semaphore
-// floor (internal/floor's for Redis, ZooKeeper and PostgreSQL, etcd's in
+// floor (internal/floor's for Redis, ZooKeeper, PostgreSQL and MySQL, etcd's in
 // etcd_sem.go), the two alternating slice by slice over the rounds, as the
 // scale curves' names do. The figures: grants/s, its ratio to the ideal
 // (N/hold: every permit always held, handed over in no time) and to the
@@ -56,6 +56,7 @@ var semFloors = map[string]semOpener{
 	"redis":     internalSemFloor,
 	"zookeeper": internalSemFloor,
 	"postgres":  internalSemFloor,
+	"mysql":     internalSemFloor,
 	"etcd":      openEtcdSemFloor,
 }
 

@@ -3,6 +3,7 @@ package floor
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
@@ -34,6 +36,8 @@ import (
 //	postgres   BEGIN + idle timeout + one of N slot rows FOR UPDATE     poll every 500 µs            COMMIT
 //	             SKIP LOCKED (pipelined), then nextval on a 2nd
 //	             connection (durable)
+//	mysql      the same in one multi-statement request, the token       poll every 500 µs            COMMIT
+//	             the name's counter+1 on a 2nd connection
 //
 // (etcd's, whose client stays out of this module, is dlockbench's.)
 // Permits are granted in the order their holders' tokens say: ZooKeeper's
@@ -67,10 +71,12 @@ var semFloors = map[string]struct {
 		"waiters watch the children: 2 round trips uncontended", openZooKeeperSemaphore},
 	"postgres": {"pipelined BEGIN + idle timeout + one of N slot rows FOR UPDATE SKIP LOCKED, then nextval token on a 2nd " +
 		"connection (durable) / COMMIT; waiters poll every 500µs: 3 round trips uncontended", openPostgresSemaphore},
+	"mysql": {"BEGIN + wait_timeout + one of N slot rows FOR UPDATE SKIP LOCKED in one request, then counter+1 token on a 2nd " +
+		"connection (durable) / COMMIT; waiters poll every 500µs: 3 round trips uncontended", openMySQLSemaphore},
 }
 
 // OpenSemaphore connects the semaphore floor of the server of rawURL
-// (redis://, zk://, postgres://).
+// (redis://, zk://, postgres://, mysql://).
 func OpenSemaphore(ctx context.Context, rawURL string, opts *Options) (*Semaphore, error) {
 	backend, err := backendOf(rawURL)
 	if err != nil {
@@ -335,4 +341,142 @@ func openPostgresSemaphore(ctx context.Context, rawURL string, ttl time.Duration
 		},
 		close: closeAll,
 	}, nil
+}
+
+// openMySQLSemaphore is the PostgreSQL floor's recipe in MySQL's SQL
+// (MySQL 8, MariaDB 10.6 and later have SKIP LOCKED): BEGIN, the
+// session's wait_timeout and the slot row FOR UPDATE SKIP LOCKED in one
+// multi-statement round trip, COMMIT (and the timeout put back) to free;
+// the token is the name's counter+1 on a second connection, as the
+// forupdate lock floor's. A waiter tries again every semPoll.
+func openMySQLSemaphore(ctx context.Context, rawURL string, ttl time.Duration) (*Semaphore, error) {
+	db, c, err := mySemConn(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	fc, err := DialSQL(ctx, rawURL)
+	if err != nil {
+		c.Close()
+		db.Close()
+		return nil, err
+	}
+	closeAll := func() error { return errors.Join(c.Close(), db.Close(), fc.close()) }
+	_, _ = c.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+semSlotTable+" (name VARCHAR(191), slot INT, PRIMARY KEY (name, slot)) ENGINE=InnoDB")
+	_, _ = fc.exec(ctx, mySQL.fenceDDL)
+	idle := myIdle(ttl)
+	seen := map[string]int{}
+	take := func(ctx context.Context, name string, permits int) (bool, error) {
+		rows, err := c.QueryContext(ctx, "BEGIN; SET SESSION wait_timeout = ?; SELECT slot FROM "+semSlotTable+
+			" WHERE name = ? AND slot < ? LIMIT 1 FOR UPDATE SKIP LOCKED", idle, name, permits)
+		if err != nil {
+			_, rbErr := c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK; SET SESSION wait_timeout = DEFAULT")
+			return false, errors.Join(err, rbErr)
+		}
+		got := false
+		for {
+			for rows.Next() {
+				got = true
+			}
+			if !rows.NextResultSet() {
+				break
+			}
+		}
+		err = errors.Join(rows.Err(), rows.Close())
+		if err == nil && !got {
+			_, err = c.ExecContext(ctx, "ROLLBACK; SET SESSION wait_timeout = DEFAULT")
+			return false, err
+		}
+		return got, err
+	}
+	return &Semaphore{
+		acquire: func(ctx context.Context, name string, permits int) (*Grant, error) {
+			if seen[name] < permits {
+				// A read that takes no lock first: an INSERT IGNORE of a
+				// row another holder has locked would wait for it.
+				var have int
+				if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+semSlotTable+" WHERE name = ? AND slot < ?", name, permits).Scan(&have); err != nil {
+					return nil, err
+				}
+				for i := range permits {
+					if have == permits {
+						break
+					}
+					if _, err := c.ExecContext(ctx, "INSERT IGNORE INTO "+semSlotTable+" (name, slot) VALUES (?, ?)", name, i); err != nil {
+						return nil, err
+					}
+				}
+				if n, err := fc.value(ctx, mySQL.hasFence, name); err != nil {
+					return nil, err
+				} else if n == 0 {
+					if _, err := fc.exec(ctx, mySQL.insertFence, name); err != nil {
+						return nil, err
+					}
+				}
+				seen[name] = permits
+			}
+			for {
+				// Not cancelled half-way: a cancelled query breaks the
+				// connection. ctx is checked between attempts.
+				tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), semTakeTimeout)
+				ok, err := take(tctx, name, permits)
+				cancel()
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					break
+				}
+				t := time.NewTimer(semPoll)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return nil, ctx.Err()
+				}
+			}
+			free := func(ctx context.Context) error {
+				_, err := c.ExecContext(ctx, "COMMIT; SET SESSION wait_timeout = DEFAULT")
+				return err
+			}
+			token, ok, err := fc.token(ctx, mySQL.nextFence, name)
+			if err == nil && !ok {
+				err = fmt.Errorf("floor: no token for %q", name)
+			}
+			if err != nil {
+				return nil, errors.Join(err, free(context.WithoutCancel(ctx)))
+			}
+			return &Grant{token: token, release: free}, nil
+		},
+		close: closeAll,
+	}, nil
+}
+
+// mySemConn opens one pinned MySQL connection with myConn's settings
+// (parameters interpolated by the client, several statements per
+// request), as a *sql.Conn for the multi-statement query whose last
+// result set the semaphore floor reads.
+func mySemConn(ctx context.Context, rawURL string) (*sql.DB, *sql.Conn, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr = "tcp", u.Host
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	cfg.InterpolateParams = true
+	cfg.MultiStatements = true
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("floor: mysql: %w", scrub(err, cfg.Passwd))
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(1)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("floor: mysql: %w", scrub(err, cfg.Passwd))
+	}
+	return db, c, nil
 }

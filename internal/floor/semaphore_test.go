@@ -22,6 +22,7 @@ func TestSemaphoreFloors(t *testing.T) {
 		{"redis", testenv.Redis},
 		{"zookeeper", testenv.ZooKeeper},
 		{"postgres", testenv.Postgres},
+		{"mysql", testenv.MySQL},
 	} {
 		t.Run(c.backend, func(t *testing.T) {
 			if AboutSemaphore(c.backend) == "" {
