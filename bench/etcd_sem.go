@@ -11,12 +11,12 @@ import (
 // etcdSemFloorNote says what etcd's semaphore floor sends.
 const etcdSemFloorNote = "grant an etcd lease of the TTL; one transaction: put-if-absent of <semaphore>/<lease id> under " +
 	"that lease and a read of the semaphore's N lowest create revisions (held when the key's own is among them; " +
-	"the token is that create revision); a waiter watches the prefix for deletes from the read's revision and " +
-	"reads again; delete the key (the lease is revoked off the path): 3 round trips uncontended"
+	"the token is that create revision); a waiter watches the prefix for deletes and reads again after each " +
+	"(once the watch is confirmed, then after every delete); delete the key (the lease is revoked off the path): 3 round trips uncontended"
 
 // etcdSemFloor is etcd's semaphore floor on one client: the lock floor's
 // recipe (etcd.go) with the N lowest create revisions holding instead of
-// the lowest, and a watch of the prefix to wait. Permits are granted in
+// the lowest, and a watch of the prefix's deletes to wait. Permits are granted in
 // create-revision order, a key holding only once fewer than N keys below
 // it remain, so the tokens strictly increase across grants.
 type etcdSemFloor struct {
@@ -61,44 +61,55 @@ func (f *etcdSemFloor) Acquire(ctx context.Context, name string) (Held, error) {
 	}
 	mine := resp.Header.Revision // the key's create revision
 	held := &etcdFloorHeld{f: f.etcdFloor, key: key, lease: g.ID, token: uint64(mine)}
-	kvs, seen := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
-	for {
-		for _, kv := range kvs {
-			if kv.CreateRevision == mine {
-				return held, nil
-			}
-		}
-		// Wait for a delete under the prefix after the read, then read
-		// again.
-		wctx, cancel := context.WithCancel(ctx)
-		wch := f.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithRev(seen+1), clientv3.WithFilterPut())
-		var werr error
-		select {
-		case wr, ok := <-wch:
-			if !ok {
-				werr = ctx.Err()
-			} else {
-				werr = wr.Err()
-			}
-		case <-ctx.Done():
-			werr = ctx.Err()
-		}
-		cancel()
-		var r *clientv3.GetResponse
-		if werr == nil {
-			r, werr = f.cli.Get(ctx, q, lowest...)
-		}
-		if werr != nil {
-			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), etcdCleanupTimeout)
-			_ = held.Release(cctx)
-			ccancel()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, werr
-		}
-		kvs, seen = r.Kvs, r.Header.Revision
+	if etcdHolds((*clientv3.GetResponse)(resp.Responses[1].GetResponseRange()), mine) {
+		return held, nil
 	}
+	fail := func(err error) (Held, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), etcdCleanupTimeout)
+		_ = held.Release(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	// One watch of the prefix's deletes from the current revision (a watch
+	// from a past revision waits in etcd's unsynced group, caught up every
+	// 100 ms), and a read once it is confirmed: a delete before the read
+	// is in the read, one after it comes as an event.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := f.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	for first := true; ; first = false {
+		wr, ok := <-wch
+		if !ok {
+			return fail(ctx.Err())
+		}
+		if err := wr.Err(); err != nil {
+			return fail(err)
+		}
+		if !first && len(wr.Events) == 0 {
+			continue // a progress notification
+		}
+		r, err := f.cli.Get(ctx, q, lowest...)
+		if err != nil {
+			return fail(err)
+		}
+		if etcdHolds(r, mine) {
+			return held, nil
+		}
+	}
+}
+
+// etcdHolds reports whether the key created at revision mine is among
+// the N lowest create revisions r lists.
+func etcdHolds(r *clientv3.GetResponse, mine int64) bool {
+	for _, kv := range r.Kvs {
+		if kv.CreateRevision == mine {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *etcdSemFloor) FailedAttempts() uint64 { return 0 } // a watch
