@@ -162,9 +162,11 @@
 //   - SemaphoreLimit: At most N clients hold permits of a semaphore of N at
 //     once: N clients each get one with TryAcquire and the next is refused
 //     with ErrNotAcquired; 4 lockers × 3 goroutines acquiring and releasing
-//     permits of one name never see more than N holders; across processes, of
-//     N child processes and the parent asking for N permits, N hold and the
-//     last is granted only when the parent releases.
+//     permits of one name never see more than N holders, and their history
+//     (grants, fenced writes, releases) is explained by the fenced-semaphore
+//     model; across processes, of N child processes and the parent asking for
+//     N permits, N hold and the last is granted only when the parent
+//     releases.
 //   - SemaphoreFencing: Fencing tokens strictly increase across all the
 //     permits granted for a name: across lockers, across TryAcquire and
 //     Acquire, while other permits are held, and under concurrent
