@@ -47,7 +47,9 @@ type Options struct {
 	// Prefix is prepended to every key and channel the driver uses
 	// (<prefix>{<name>}, <prefix>{<name>}:fence, the grant queue
 	// <prefix>{<name>}:w and :wd and grant channel <prefix>g:<locker id>,
-	// Redlock's <prefix>{<name>}:q and <prefix>{<name>}:rel:<locker id>).
+	// Redlock's <prefix>{<name>}:q and <prefix>{<name>}:rel:<locker id>,
+	// a semaphore's <prefix>{<name>}:s, :s:t, :s:n, :s:fence, :s:q and
+	// channel <prefix>{<name>}:s:rel:<locker id>).
 	// Default DefaultPrefix, "dlock:". It must not contain '{' or '}'.
 	Prefix string
 	// NodeTimeout bounds each request to one Redlock node (OpenRedlock

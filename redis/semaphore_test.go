@@ -37,7 +37,9 @@ func semaphore(t *testing.T, l *dlock.Locker, name string, n int) *dlock.Semapho
 }
 
 // semKeys are the semaphore's keys under the default prefix.
-func semKeys(name string) layout.RedisSemaphore { return layout.RedisSemaphoreKeys(DefaultPrefix, name) }
+func semKeys(name string) layout.RedisSemaphore {
+	return layout.RedisSemaphoreKeys(DefaultPrefix, name)
+}
 
 // TestSemaphoreAtMostN: 4 Lockers × 4 goroutines contend for 3 permits,
 // each holding a permit briefly and releasing it: never more than 3
