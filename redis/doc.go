@@ -238,7 +238,11 @@
 //     counted as released: ErrNotHeld).
 //
 // A crashed holder's permit is free once its TTL has passed (the next
-// attempt trims it). A free permit costs TryAcquire and Release 2 EVALSHA
+// attempt trims it). As for locks, replication is asynchronous: a
+// failover to a replica that had not received a grant forgets it, and
+// more than N may then hold (check the token at the protected resource);
+// a volatile-* eviction policy may evict the holders' keys, an allkeys-*
+// one is refused. A free permit costs TryAcquire and Release 2 EVALSHA
 // and 18 commands inside them, nothing published.
 //
 // Waiting for a permit (Capabilities.SemaphoreWait is WaitNotify, not

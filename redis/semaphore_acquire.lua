@@ -43,8 +43,10 @@ if mine then
   return tonumber(mine)
 end
 local held = redis.call('ZCARD', KEYS[1])
+local stored = false
 if held > 0 then
   local n = redis.call('GET', KEYS[3])
+  stored = n ~= false
   if n and n ~= ARGV[3] then
     return {0, n}
   end
@@ -67,6 +69,10 @@ if keep < ttl + 1 then
   redis.call('PEXPIRE', KEYS[1], px)
   redis.call('PEXPIRE', KEYS[2], px)
   redis.call('SET', KEYS[3], ARGV[3], 'PX', px)
+elseif not stored then
+  -- N went missing while permits are held (a volatile-* eviction): store
+  -- it again, with the holders' expiry.
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', keep)
 end
 unregister()
 return token
