@@ -38,6 +38,13 @@
 //	/prefix/<escaped name>                            the parent: a container node (fair) or persistent (basic)
 //	/prefix/<escaped name>/_c_<GUID>-lock-<sequence>  fair: one EPHEMERAL_SEQUENTIAL node per attempt; data: the owner
 //	/prefix/<escaped name>/lock                       basic: the one EPHEMERAL lock node; data: "<GUID>\n<owner>"
+//	/prefix/<escaped name>%sem                        a semaphore's parent: a container node
+//	/prefix/<escaped name>%sem/_c_<GUID>-sem<N>-<sequence>  one EPHEMERAL_SEQUENTIAL node per permit attempt; data: the owner
+//
+// A semaphore's parent is a sibling of the lock parents, apart from them:
+// no escaped lock name contains "%s" (the escapes below write '%' only
+// before two upper-case hex digits), so the semaphore "x" and the lock "x"
+// never share a node.
 //
 // Every grant also writes the parent (a setData in the create's multi),
 // so its mzxid and data version change with each grant; nothing is ever
@@ -89,6 +96,47 @@
 // janitor that retries while the session lives: a create still in flight
 // is found by its GUID once the server answers, since a session's requests
 // are applied in order.
+//
+// # Semaphores
+//
+// A counting semaphore of N permits (Locker.Semaphore) queues as the fair
+// recipe does, whatever the recipe parameter (which chooses the locks'):
+// each attempt creates an EPHEMERAL_SEQUENTIAL child of the semaphore's
+// parent with a protected name, and the N lowest hold a permit, granted in
+// arrival order (Capabilities.SemaphoreFair). The token is the permit
+// node's czxid: a permit granted after another's Acquire returned has a
+// greater one (its node was created later); two waiters granted by
+// releases close together may learn of their grants in either order.
+// A crashed holder's permit is free when its session expires
+// (Capabilities.ReleaseOnCrash), as a lock is.
+//
+// N is in each node's name ("-sem<N>-"), so the listing that an attempt
+// makes anyway shows every queued attempt's N without reading any data.
+// An attempt that finds a node ahead of its own with another N is refused
+// (ErrInvalidOption) and deletes its node: every node ahead counts, not
+// only the holders, which is what makes the rule exact (an admitted node
+// looked at every node ahead of it, so two admitted nodes with different
+// N never exist at once). Clients that disagree on N while their attempts
+// overlap may all be refused. Once no node is left, the next attempt's N
+// applies.
+//
+// A waiter watches the N nodes just ahead of its own. The recipe in which
+// it watches only the node N ahead misses wake-ups: with N = 2 and the
+// queue [a, b, w], w watches a, and when b goes w is among the 2 lowest
+// but gets no event. The window of N nodes cannot miss one: while all of
+// them exist, N nodes are ahead; when one goes, the next node ahead (from
+// the listing: nodes ahead only leave) enters the window and is watched in
+// turn, and when fewer than N are left the permit is granted on the
+// deletion event, without a round trip. A release wakes at most the N
+// waiters just behind the freed node. Curator's InterProcessSemaphoreV2
+// instead takes a lock, lists the leases, creates one and releases the
+// lock (about four round trips for an uncontended permit, against one
+// here when the semaphore is unused and two otherwise: the create, then
+// the listing that checks N), and its waiter holds that lock while it
+// watches the leases' children, which every arrival fires; a children
+// watch per waiter would wake every waiter at every arrival and release.
+// MaxPermits (256) bounds the watches a waiter sets and the listing.
+// A cancelled Acquire deletes its node as a lock's does.
 //
 // # The basic recipe
 //
