@@ -47,6 +47,10 @@ func (a *attempt) checkPermits(name string, v view) error {
 	return nil
 }
 
+// testWaitPermit, when set (benchmarks only, before any Locker is
+// opened), replaces waitPermit's window with another design to compare.
+var testWaitPermit func(ctx context.Context, a *attempt) (driver.Lease, error)
+
 // waitPermit queues until fewer than N nodes are ahead of ours, N being
 // the semaphore's permits.
 //
@@ -55,15 +59,20 @@ func (a *attempt) checkPermits(name string, v view) error {
 // only a would miss b's release, after which it is among the 2 lowest.
 // The window is enough: as long as its N nodes exist, N nodes are ahead of
 // ours; so whenever fewer are, one of the window's is gone and its watch
-// fired. When a node of the window goes, the window takes in the next node
-// ahead from the listing (nodes ahead of ours can only leave, never
-// arrive, so no listing is needed), whose watch is set in turn; when fewer
-// than N are left, the permit is ours without another round trip. A
+// fired. When a node of the window goes and fewer than N are left, the
+// permit is ours without another round trip (nodes ahead of ours can only
+// leave, never arrive); otherwise the queue is listed again and the new
+// window's missing watches set in one batch (the old listing's next node
+// ahead has usually gone too, and walking it node by node cost a round
+// trip each: 27 getData per grant with 32 clients, against 3 now). A
 // release thus wakes at most the N waiters just behind the freed node,
-// never the whole queue, and nothing but a release or a departure wakes a
-// waiter (a child watch on the parent, as in Curator's
+// never the whole queue, and nothing but a departure wakes a waiter (a
+// child watch on the parent, as in Curator's
 // InterProcessSemaphoreV2, fires at every arrival too).
 func (a *attempt) waitPermit(ctx context.Context, below []queued) (driver.Lease, error) {
+	if testWaitPermit != nil {
+		return testWaitPermit(ctx, a)
+	}
 	n := a.permits
 	w := &queueWatch{a: a, below: below, watched: make(map[string]<-chan zk.Event)}
 	var (
@@ -78,10 +87,19 @@ func (a *attempt) waitPermit(ctx context.Context, below []queued) (driver.Lease,
 		for _, q := range w.below[len(w.below)-n:] {
 			names = append(names, q.name)
 		}
-		if again, err := w.arm(ctx, names...); err != nil || again {
-			if err != nil {
+		again, err := w.arm(ctx, names...)
+		if err != nil {
+			return nil, err
+		}
+		if again {
+			// A node of the window had gone: nodes further ahead, which
+			// would enter it next, may have gone too (holders come and go
+			// while we queue). Walking the listing one stale node at a
+			// time costs a round trip each; one listing costs one.
+			if w.below, err = a.relist(ctx); err != nil {
 				return nil, err
 			}
+			a.l.waitRelists.Add(1)
 			continue
 		}
 		cases = append(cases[:0],
@@ -112,6 +130,14 @@ func (a *attempt) waitPermit(ctx context.Context, below []queued) (driver.Lease,
 				w.below = slices.DeleteFunc(w.below, func(q queued) bool { return q.name == name })
 				if len(w.below) < n {
 					a.l.fastGrants.Add(1)
+				} else {
+					// The next node ahead enters the window: list again
+					// (see above) rather than trust the old listing.
+					a.l.waitRelists.Add(1)
+					var err error
+					if w.below, err = a.relist(ctx); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
