@@ -143,9 +143,16 @@ func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver
 				continue
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > read {
-					delete(ahead, string(ev.Kv.Key))
+				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= read {
+					continue
 				}
+				if string(ev.Kv.Key) == a.key {
+					// Our own key went (its etcd lease expired or was
+					// revoked): queue again with a new one.
+					a.abandon()
+					return nil, errRequeue
+				}
+				delete(ahead, string(ev.Kv.Key))
 			}
 		case <-tick:
 			if err := a.keepAlive(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -441,4 +442,54 @@ func TestPermitsOf(t *testing.T) {
 			t.Errorf("permitsOf(%q) = %d, want %d", v, got, want)
 		}
 	}
+}
+
+// TestSemaphoreWaiterLeaseLost: a waiter whose etcd lease is revoked while
+// it waits is never granted on its dead key (Jepsen's etcd 3.4.3 finding,
+// as TestLeaseLostWhileWaiting for a lock): it queues again and is
+// granted on a new key, with a token above the dead key's revision.
+func TestSemaphoreWaiterLeaseLost(t *testing.T) {
+	e := newSemEnv(t, 2, 30*time.Second)
+	p, err := e.semaphore(t, 0, "w", 1).Acquire(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		q, err := e.semaphore(t, 1, "w", 1).Acquire(e.ctx, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- q
+	}()
+	waiter := e.waitKeys(t, "w", 2)[1]
+	if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/lease/revoke", map[string]string{"ID": waiter.Lease}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter sees its key's deletion and queues again with a new key
+	// behind the holder, well before its next renewal (a third of the
+	// 30s TTL) would tell it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		kvs := e.keys(t, "w")
+		if len(kvs) == 2 && kvs[1].Lease != waiter.Lease {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue again: %+v", kvs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := <-got
+	if q == nil {
+		t.FailNow()
+	}
+	if dead, _ := strconv.ParseUint(waiter.CreateRevision, 10, 64); q.Token() <= dead {
+		t.Errorf("granted with token %d, the dead key's revision is %d", q.Token(), dead)
+	}
+	_ = q.Release(e.ctx)
+	e.noKeys(t)
 }
