@@ -279,6 +279,10 @@ func (l *Locker) grantAdmitted(ctx context.Context, op, name string, permits int
 		if wait && ctx.Err() == nil && l.isClosed() {
 			return nil, fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 		}
+		if permits > 0 && errors.Is(err, driver.ErrNotAcquired) && !isContextErr(err) {
+			// "lock is held by another owner" would mislead here.
+			err = permitsHeld(permits)
+		}
 		return nil, wrap(op, name, ctx, err)
 	}
 	if g, ok := dl.(driver.Granted); ok {

@@ -87,3 +87,16 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts *AcquireOptions) (*Leas
 func (s *Semaphore) Do(ctx context.Context, opts *AcquireOptions, fn func(ctx context.Context, permit *Lease) error) error {
 	return do(ctx, func() (*Lease, error) { return s.Acquire(ctx, opts) }, fn)
 }
+
+// permitsHeld is the error of an attempt on a semaphore whose permits are
+// all held: errors.Is finds ErrNotAcquired in it.
+type permitsHeld int
+
+func (n permitsHeld) Error() string {
+	if n == 1 {
+		return "its one permit is held"
+	}
+	return fmt.Sprintf("all %d permits are held", int(n))
+}
+
+func (permitsHeld) Is(target error) bool { return target == ErrNotAcquired }

@@ -153,7 +153,24 @@ func TestSemaphoreErrorText(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a full semaphore = %v, want ErrNotAcquired", err)
 	}
-	once(t, err, "dlock:", "semaphore", `"y"`, dlock.ErrNotAcquired.Error())
+	if want := `dlock: try-acquire semaphore "y": its one permit is held`; err.Error() != want {
+		t.Errorf("TryAcquire of a full semaphore: %q, want %q (not the lock's wording)", err, want)
+	}
+	s3b, _ := b.Semaphore("x", 3)
+	p2, err := s3b.TryAcquire(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Release(ctx)
+	p3, err := s3.TryAcquire(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.Release(ctx)
+	_, err = s3b.TryAcquire(ctx, nil)
+	if want := `dlock: try-acquire semaphore "x": all 3 permits are held`; err == nil || err.Error() != want || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire of a full semaphore of 3: %v, want %q wrapping ErrNotAcquired", err, want)
+	}
 }
 
 // Semaphore.Do holds a permit while fn runs and always gives it back;

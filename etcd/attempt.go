@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,10 +22,11 @@ var errRequeue = errors.New("etcd: queued key vanished")
 // attempt is one acquisition: an etcd lease of the TTL and a key under it
 // in the name's queue.
 type attempt struct {
-	l     *locker
-	queue string // "<prefix>/<escaped name>/"
-	owner string
-	ttl   int64 // seconds
+	l       *locker
+	queue   string // "<prefix>/<escaped name>/" (a semaphore's: "<prefix>/<escaped name>%sem/")
+	value   string // the key's value: the owner (a semaphore's: "<N>\n<owner>")
+	permits int    // 0 for a lock; a semaphore's N
+	ttl     int64  // seconds
 
 	start time.Time // start of the lease grant request
 	id    clientv3.LeaseID
@@ -37,8 +39,9 @@ type attempt struct {
 // create revision of the queue (etcd's concurrency.Mutex recipe). A spare
 // is renewed at the same time, both requests in flight together, so that
 // the server holds the lease a whole TTL from the acquisition's start: one
-// round trip's time with a spare. It returns that revision.
-func (a *attempt) enqueue(ctx context.Context) (int64, error) {
+// round trip's time with a spare. It returns the queue's range that
+// decides the grant (see queueOp).
+func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, error) {
 	var renewed chan time.Time
 	if sp, ok := a.l.spares.take(a.ttl); ok {
 		a.id = sp.id
@@ -54,25 +57,25 @@ func (a *attempt) enqueue(ctx context.Context) (int64, error) {
 		a.start = time.Now()
 		g, err := a.l.cli.Grant(ctx, a.ttl)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		a.id = g.ID
 	}
 	a.key = layout.EtcdKey(a.queue, int64(a.id))
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
-		Then(clientv3.OpPut(a.key, a.owner, clientv3.WithLease(a.id)), clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
-		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
+		Then(clientv3.OpPut(a.key, a.value, clientv3.WithLease(a.id)), a.queueOp()).
+		Else(clientv3.OpGet(a.key), a.queueOp()).
 		Commit()
 	if renewed != nil {
 		a.start = <-renewed
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		a.id = 0 // a spare that expired behind our back: none to revoke
-		return 0, errRequeue
+		return nil, errRequeue
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	a.rev = resp.Header.Revision
 	if !resp.Succeeded {
@@ -81,11 +84,44 @@ func (a *attempt) enqueue(ctx context.Context) (int64, error) {
 		// after its key was deleted).
 		a.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
 	}
-	first := resp.Responses[1].GetResponseRange().Kvs
-	if len(first) == 0 {
-		return 0, errRequeue // our key is gone already (revoked)
+	q := resp.Responses[1].GetResponseRange()
+	if len(q.Kvs) == 0 {
+		return nil, errRequeue // our key is gone already (revoked)
 	}
-	return first[0].CreateRevision, nil
+	return q, nil
+}
+
+// queueOp reads, in enqueue's transaction, what decides the grant: a
+// lock's lowest key; every key of a semaphore's queue, oldest first (ours
+// is the newest), with the values that say their numbers of permits.
+func (a *attempt) queueOp() clientv3.Op {
+	if a.permits == 0 {
+		return clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)
+	}
+	return clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+}
+
+// aheadOp reads, in grantWaited's transaction, what decides a grant after
+// waiting: a lock's lowest key, or a semaphore's N lowest (its keys only).
+// (A count of the keys below ours would not do: etcd counts a range
+// before it applies a create-revision filter.)
+func (a *attempt) aheadOp() clientv3.Op {
+	if a.permits == 0 {
+		return clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)
+	}
+	return clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+		clientv3.WithLimit(int64(a.permits)), clientv3.WithKeysOnly())
+}
+
+// admitted reports, from aheadOp's range, whether our key holds: it is
+// the lowest of a lock's queue, or among the N lowest of a semaphore's.
+func (a *attempt) admitted(r *etcdserverpb.RangeResponse) bool {
+	for _, kv := range r.Kvs {
+		if kv.CreateRevision == a.rev {
+			return true
+		}
+	}
+	return false
 }
 
 // abandon ends a cancelled or failed attempt with a fresh bounded context,
@@ -127,23 +163,9 @@ func (a *attempt) grant(at time.Time) *lease {
 // every third of the TTL meanwhile. It returns errRequeue (after abandoning
 // the attempt) when our key vanished.
 func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
-	every := time.Duration(a.ttl) * time.Second / 3
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(time.Duration(a.ttl) * time.Second / 3)
 	defer tick.Stop()
-	// pause waits a moment after a failed call (no leader during an
-	// election, a member restarting), renewing the lease on the way: a
-	// waiter keeps its place through a transient failure, and ctx bounds
-	// how long it tries.
-	pause := func() error {
-		select {
-		case <-time.After(100 * time.Millisecond):
-			return nil
-		case <-tick.C:
-			return a.keepAlive(ctx)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	pause := func() error { return a.pause(ctx, tick.C) }
 	// deleted: the predecessor was just deleted, so we are likely first:
 	// try the grant at once, and look for a new predecessor only if a key
 	// below ours is still there (one round trip from the release to the
@@ -241,6 +263,21 @@ func (a *attempt) waitDelete(ctx context.Context, key string, createRev int64, t
 	}
 }
 
+// pause waits a moment after a failed call (no leader during an election,
+// a member restarting), renewing the lease on the way (tick): a waiter
+// keeps its place through a transient failure, and ctx bounds how long it
+// tries.
+func (a *attempt) pause(ctx context.Context, tick <-chan time.Time) error {
+	select {
+	case <-time.After(100 * time.Millisecond):
+		return nil
+	case <-tick:
+		return a.keepAlive(ctx)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // keepAlive renews our etcd lease while we wait; a lease that is gone
 // sends the attempt back to the queue. Other failures are left to the
 // next tick.
@@ -278,7 +315,7 @@ func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool,
 	}()
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-		Then(clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)).
+		Then(a.aheadOp()).
 		Commit()
 	if rerr := <-renewed; rerr != nil {
 		if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
@@ -294,8 +331,7 @@ func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool,
 		a.abandon()
 		return nil, false, errRequeue
 	}
-	first := resp.Responses[0].GetResponseRange().Kvs
-	if len(first) == 0 || first[0].CreateRevision != a.rev {
+	if !a.admitted(resp.Responses[0].GetResponseRange()) {
 		return nil, false, nil
 	}
 	return a.grant(at), true, nil

@@ -38,6 +38,10 @@
 //
 //	<prefix>/<escaped name>/<etcd lease id, 16 hex digits>   value: the Owner of the request
 //
+// A semaphore's attempts queue apart from the lock of the same name:
+//
+//	<prefix>/<escaped name>%sem/<etcd lease id, 16 hex digits>   value: "<N>\n<Owner>"
+//
 // The escaped name is the name with '%' and '/' percent-escaped (%25,
 // %2F), so that the keys of two names never share a prefix; any other
 // byte stands for itself. Nothing else is ever written: a released,
@@ -92,6 +96,32 @@
 //     whole seconds, plus up to 500ms (the server's lessor looks for
 //     expired leases twice a second). A leader change renews every lease on
 //     the server, which may keep a dead holder's lock longer.
+//
+// # Semaphores
+//
+// A counting semaphore of N permits (Locker.Semaphore) queues as a lock
+// does, with the same etcd leases, spares, keep-alive, re-check after
+// waiting, release and clean-up; the N lowest create revisions hold a
+// permit, granted in arrival order (Capabilities.SemaphoreFair). The token
+// is the key's create revision: a permit granted after another's Acquire
+// returned has a greater one; two waiters granted by releases close
+// together may learn of their grants in either order.
+//
+// The transaction that creates an attempt's key reads the whole queue
+// with its values, which carry each attempt's N. An attempt that finds a
+// key ahead of its own with another N deletes its key and is refused
+// (ErrInvalidOption): every key ahead counts, not only the holders', so
+// two admitted keys with different N never exist at once. Clients that
+// disagree on N while their attempts overlap may all be refused; once the
+// queue is empty the next attempt's N applies. MaxPermits (256) bounds
+// what that read returns.
+//
+// A waiter opens one watch on the queue's prefix, reads the keys ahead of
+// its own once the watch is confirmed, and counts their deletions; when
+// fewer than N are left it renews its etcd lease and checks, in one
+// transaction, that its key is still there and among the N lowest. Every
+// deletion reaches every waiter of the semaphore, but costs a round trip
+// only to a waiter it may admit.
 //
 // etcd refuses leases shorter than 1.5 × its election timeout (2s with the
 // default 1s), so the driver declares MinTTL 2s: the portable layer refuses

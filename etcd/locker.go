@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // TTL range. etcd grants leases in whole seconds, and no shorter than its
@@ -95,6 +94,9 @@ func (l *locker) Capabilities() driver.Capabilities {
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
 		MinTTL:               MinTTL,
 		MaxTTL:               MaxTTL,
+		MaxPermits:           MaxPermits,
+		SemaphoreWait:        driver.WaitQueue,
+		SemaphoreFair:        true,
 		Notes: "a key per attempt under an etcd lease of the TTL (rounded up to whole seconds); the lowest create revision holds, each waiter watches its predecessor; " +
 			"the lease is renewed and the key re-checked after waiting; a leader change renews every lease on the server (a dead holder's lock may outlive its TTL then)",
 	}
@@ -188,8 +190,8 @@ func (l *locker) acquire(ctx context.Context, req driver.Request, wait bool) (dr
 	octx, cancel := l.op(ctx)
 	defer cancel()
 	for {
-		a := &attempt{l: l, queue: layout.EtcdQueue(l.prefix, req.Name), owner: req.Owner, ttl: ttlSeconds(req.TTL)}
-		holder, err := a.enqueue(octx)
+		a := l.newAttempt(req)
+		q, err := a.enqueue(octx)
 		if errors.Is(err, errRequeue) {
 			a.abandon()
 			continue
@@ -198,14 +200,24 @@ func (l *locker) acquire(ctx context.Context, req driver.Request, wait bool) (dr
 			a.abandon()
 			return nil, l.wrapErr(ctx, err)
 		}
-		if holder == a.rev {
+		holder, err := a.holds(req.Name, q)
+		if err != nil {
+			a.abandon()
+			return nil, fmt.Errorf("etcd: %w", err)
+		}
+		if holder {
 			return a.grant(a.start), nil
 		}
 		if !wait {
 			a.abandon()
 			return nil, fmt.Errorf("etcd: %w", driver.ErrNotAcquired)
 		}
-		ls, err := a.wait(octx)
+		var ls driver.Lease
+		if a.permits > 0 {
+			ls, err = a.waitPermit(octx)
+		} else {
+			ls, err = a.wait(octx)
+		}
 		if errors.Is(err, errRequeue) {
 			continue // a.wait abandoned the attempt: queue again
 		}

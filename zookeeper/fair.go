@@ -15,34 +15,66 @@ import (
 )
 
 // Child names are protected, as in go-zookeeper's CreateProtectedEphemeralSequential
-// and Curator: "_c_" + a 32-hex-digit GUID of the attempt + "-lock-" + the
-// server's 10-digit sequence number.
+// and Curator: "_c_" + a 32-hex-digit GUID of the attempt + a tag + the
+// server's 10-digit sequence number. The tag is "-lock-" for a lock and
+// "-sem<N>-" for a permit of a semaphore of N permits, so that a listing
+// shows every queued attempt's N.
 const (
 	protectedPrefix = "_c_"
 	childTag        = "-lock-"
+	semTag          = "-sem"
 	guidLen         = 32
 )
 
 func childPrefix(guid string) string { return protectedPrefix + guid + childTag }
 
+// permitPrefix is childPrefix for a permit of a semaphore of n permits.
+func permitPrefix(guid string, n int) string {
+	return protectedPrefix + guid + semTag + strconv.Itoa(n) + "-"
+}
+
 // parseChild splits a child name into the GUID and the sequence number.
 func parseChild(name string) (guid string, seq int64, ok bool) {
+	guid, _, seq, ok = parseProtected(name)
+	return guid, seq, ok
+}
+
+// parseProtected splits a child name into the GUID, the number of permits
+// (0 for a lock's node) and the sequence number.
+func parseProtected(name string) (guid string, permits int, seq int64, ok bool) {
 	rest, found := strings.CutPrefix(name, protectedPrefix)
-	if !found || len(rest) < guidLen+len(childTag)+1 || rest[guidLen:guidLen+len(childTag)] != childTag {
-		return "", 0, false
+	if !found || len(rest) < guidLen+len(childTag)+1 {
+		return "", 0, 0, false
 	}
-	seq, err := strconv.ParseInt(rest[guidLen+len(childTag):], 10, 64)
+	guid, rest = rest[:guidLen], rest[guidLen:]
+	digits, found := strings.CutPrefix(rest, childTag)
+	if !found {
+		// "-sem<N>-<sequence>": the sequence may be negative (it wraps
+		// after 2^31 creates in one parent), so cut at the first '-'.
+		tail, isSem := strings.CutPrefix(rest, semTag)
+		n, after, found := strings.Cut(tail, "-")
+		if !isSem || !found || n == "" || n[0] == '0' {
+			return "", 0, 0, false
+		}
+		var err error
+		if permits, err = strconv.Atoi(n); err != nil || permits < 1 {
+			return "", 0, 0, false
+		}
+		digits = after
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil {
-		return "", 0, false
+		return "", 0, 0, false
 	}
-	return rest[:guidLen], seq, true
+	return guid, permits, seq, true
 }
 
 // queued is one child of a lock's parent.
 type queued struct {
-	name string
-	guid string
-	seq  int64
+	name    string
+	guid    string
+	permits int // the N of a semaphore's permit (0: a lock's node, or foreign)
+	seq     int64
 }
 
 // sortQueue orders children by sequence number. A child this package did
@@ -50,11 +82,11 @@ type queued struct {
 func sortQueue(kids []string) []queued {
 	q := make([]queued, 0, len(kids))
 	for _, k := range kids {
-		g, seq, ok := parseChild(k)
+		g, n, seq, ok := parseProtected(k)
 		if !ok {
 			seq = math.MinInt64
 		}
-		q = append(q, queued{name: k, guid: g, seq: seq})
+		q = append(q, queued{name: k, guid: g, permits: n, seq: seq})
 	}
 	slices.SortFunc(q, func(a, b queued) int {
 		if a.seq != b.seq {
@@ -74,10 +106,11 @@ var errRequeue = errors.New("zookeeper: queue node vanished")
 
 // attempt is one acquisition with the fair recipe.
 type attempt struct {
-	l      *locker
-	parent string
-	guid   string
-	data   []byte
+	l       *locker
+	parent  string
+	guid    string
+	data    []byte
+	permits int // 0 for a lock; a semaphore's N
 
 	node    string // our node's path once known
 	name    string // its last element
@@ -110,24 +143,33 @@ type childList struct {
 }
 
 func (l *locker) fairAcquire(ctx context.Context, req driver.Request, wait bool) (_ driver.Lease, err error) {
-	a := &attempt{l: l, parent: l.parent(req.Name), guid: newGUID(), data: []byte(req.Owner)}
+	a := &attempt{l: l, parent: l.parent(req.Name), guid: newGUID(), data: []byte(req.Owner), permits: req.Permits}
+	if req.Permits > 0 {
+		a.parent = l.semParent(req.Name)
+	}
 	defer func() {
 		if err != nil {
 			a.abandon(ctx)
 			err = l.wrapErr(err)
 		}
 	}()
+	holders := max(a.permits, 1) // a lock is a semaphore of one permit
 	for {
 		v, err := a.enqueue(ctx)
 		if err != nil {
 			return nil, err
 		}
+		if err := a.checkPermits(req.Name, v); err != nil {
+			return nil, err
+		}
 		var ls driver.Lease
 		switch {
-		case len(v.below) == 0:
+		case len(v.below) < holders:
 			ls, err = a.grantListed(ctx, v)
 		case !wait:
 			return nil, &driver.NotAcquiredError{}
+		case a.permits > 0:
+			ls, err = a.waitPermit(ctx, v.below)
 		default:
 			ls, err = a.wait(ctx, v.below)
 		}
@@ -254,7 +296,7 @@ func (a *attempt) create() <-chan result[created] {
 	cr := make(chan result[created], 1)
 	go func() {
 		r, err := a.l.conn.Multi(
-			&zk.CreateRequest{Path: a.parent + "/" + childPrefix(a.guid), Data: a.data, Acl: a.l.cfg.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.CreateRequest{Path: a.parent + "/" + a.childPrefix(), Data: a.data, Acl: a.l.cfg.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: a.parent, Version: -1})
 		if err != nil {
 			cr <- result[created]{err: err}
@@ -263,6 +305,14 @@ func (a *attempt) create() <-chan result[created] {
 		cr <- result[created]{v: created{path: r[0].String, czxid: r[1].Stat.Mzxid, alone: r[1].Stat.NumChildren == 1}}
 	}()
 	return cr
+}
+
+// childPrefix is our node's name before the server's sequence number.
+func (a *attempt) childPrefix() string {
+	if a.permits > 0 {
+		return permitPrefix(a.guid, a.permits)
+	}
+	return childPrefix(a.guid)
 }
 
 // sessionOf returns the session that owns the ephemeral node at path,
@@ -359,114 +409,147 @@ func (a *attempt) grant(czxid int64, watch <-chan zk.Event) (driver.Lease, error
 // token (our czxid) was read while queueing, together with a watch on our
 // own node that tells a revoked waiter to queue again.
 func (a *attempt) wait(ctx context.Context, below []queued) (driver.Lease, error) {
-	c := a.l.conn
-	watched := make(map[string]<-chan zk.Event)
-	var own <-chan zk.Event
-	var czxid int64
-	var bo backoff
+	w := &queueWatch{a: a, below: below, watched: make(map[string]<-chan zk.Event)}
 	for {
+		below := w.below
 		if len(below) == 0 {
-			return a.grantWaited(ctx, czxid, own)
+			return a.grantWaited(ctx, w.czxid, w.own)
 		}
 		pred := below[len(below)-1].name
 		pp := ""
 		if len(below) >= 2 {
 			pp = below[len(below)-2].name
 		}
-		var paths []string
-		if own == nil {
-			paths = append(paths, a.node)
-		}
-		for _, n := range []string{pred, pp} {
-			if n != "" && watched[n] == nil {
-				paths = append(paths, a.parent+"/"+n)
-			}
-		}
-		res, err := getWAll(ctx, c, paths)
-		if err != nil {
-			return nil, err
-		}
-		changed, transient := false, false
-		for i, p := range paths {
-			r := res[i]
-			name := p[strings.LastIndexByte(p, '/')+1:]
-			switch {
-			case r.err == nil && p == a.node:
-				if r.v.st.EphemeralOwner != a.sid {
-					return nil, errRequeue
-				}
-				own, czxid = r.v.ch, r.v.st.Czxid
-			case r.err == nil:
-				watched[name] = r.v.ch
-			case errors.Is(r.err, zk.ErrNoNode) && p == a.node:
-				return nil, errRequeue
-			case errors.Is(r.err, zk.ErrNoNode):
-				below = slices.DeleteFunc(below, func(q queued) bool { return q.name == name })
-				changed = true
-			case errors.Is(r.err, zk.ErrClosing):
-				return nil, r.err
-			default:
-				transient = true
-			}
-		}
-		if changed {
-			continue
-		}
-		if transient {
-			if err := bo.pause(ctx); err != nil {
+		if again, err := w.arm(ctx, pred, pp); err != nil || again {
+			if err != nil {
 				return nil, err
 			}
 			continue
 		}
 		var ppCh <-chan zk.Event
 		if pp != "" {
-			ppCh = watched[pp]
+			ppCh = w.watched[pp]
 		}
+		var err error
 		select {
-		case ev := <-watched[pred]:
-			delete(watched, pred)
+		case ev := <-w.watched[pred]:
+			delete(w.watched, pred)
 			if err := notWatching(ev); err != nil {
 				return nil, err
 			}
 			if ev.Type != zk.EventNodeDeleted {
 				continue // re-arm
 			}
-			below = below[:len(below)-1]
-			if len(below) > 0 {
+			w.below = below[:len(below)-1]
+			if len(w.below) > 0 {
 				a.l.waitRelists.Add(1)
-				if below, err = a.relist(ctx); err != nil {
+				if w.below, err = a.relist(ctx); err != nil {
 					return nil, err
 				}
 			} else {
 				a.l.fastGrants.Add(1)
 			}
 		case ev := <-ppCh:
-			delete(watched, pp)
+			delete(w.watched, pp)
 			if err := notWatching(ev); err != nil {
 				return nil, err
 			}
 			if ev.Type == zk.EventNodeDeleted {
-				below = slices.DeleteFunc(below, func(q queued) bool { return q.name == pp })
-				if len(below) > 1 {
+				w.below = slices.DeleteFunc(below, func(q queued) bool { return q.name == pp })
+				if len(w.below) > 1 {
 					// Nodes further ahead may be gone too: list again, so
 					// that only pred is left when its turn comes.
-					if below, err = a.relist(ctx); err != nil {
+					if w.below, err = a.relist(ctx); err != nil {
 						return nil, err
 					}
 				}
 			}
-		case ev := <-own:
-			own = nil
-			if err := notWatching(ev); err != nil {
+		case ev := <-w.own:
+			if err := w.ownEvent(ev); err != nil {
 				return nil, err
-			}
-			if ev.Type == zk.EventNodeDeleted {
-				return nil, errRequeue
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// queueWatch is what a waiter knows and watches: the nodes ahead of ours
+// (below, ascending), the data watches it has set on some of them
+// (watched), and its own node's watch (own) and czxid, its token.
+type queueWatch struct {
+	a       *attempt
+	below   []queued
+	watched map[string]<-chan zk.Event
+	own     <-chan zk.Event
+	czxid   int64
+	bo      backoff
+}
+
+// arm sets, in one pipelined batch, the watches still missing: on our node
+// and on the nodes ahead named. It reports again when the caller must
+// look at below afresh: a node ahead was gone (it is dropped from below,
+// since nodes ahead of ours can only leave), or a request failed
+// transiently (after a pause). Our node gone, or owned by another session,
+// is errRequeue.
+func (w *queueWatch) arm(ctx context.Context, names ...string) (again bool, _ error) {
+	a := w.a
+	var paths []string
+	if w.own == nil {
+		paths = append(paths, a.node)
+	}
+	for _, n := range names {
+		if n != "" && w.watched[n] == nil {
+			paths = append(paths, a.parent+"/"+n)
+		}
+	}
+	res, err := getWAll(ctx, a.l.conn, paths)
+	if err != nil {
+		return false, err
+	}
+	changed, transient := false, false
+	for i, p := range paths {
+		r := res[i]
+		name := p[strings.LastIndexByte(p, '/')+1:]
+		switch {
+		case r.err == nil && p == a.node:
+			if r.v.st.EphemeralOwner != a.sid {
+				return false, errRequeue
+			}
+			w.own, w.czxid = r.v.ch, r.v.st.Czxid
+		case r.err == nil:
+			w.watched[name] = r.v.ch
+		case errors.Is(r.err, zk.ErrNoNode) && p == a.node:
+			return false, errRequeue
+		case errors.Is(r.err, zk.ErrNoNode):
+			w.below = slices.DeleteFunc(w.below, func(q queued) bool { return q.name == name })
+			changed = true
+		case errors.Is(r.err, zk.ErrClosing):
+			return false, r.err
+		default:
+			transient = true
+		}
+	}
+	if changed {
+		return true, nil
+	}
+	if transient {
+		return true, w.bo.pause(ctx)
+	}
+	return false, nil
+}
+
+// ownEvent handles an event of the watch on our own node: deleted (revoked,
+// or the session expired) is errRequeue; anything else re-arms it.
+func (w *queueWatch) ownEvent(ev zk.Event) error {
+	w.own = nil
+	if err := notWatching(ev); err != nil {
+		return err
+	}
+	if ev.Type == zk.EventNodeDeleted {
+		return errRequeue
+	}
+	return nil
 }
 
 // notWatching maps go-zookeeper's "watches are gone" event: after a session

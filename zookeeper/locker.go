@@ -151,6 +151,11 @@ func (l *locker) Capabilities() driver.Capabilities {
 		// is honoured; the range is that of ZooKeeper's own durations.
 		MinTTL: dlock.MinTTL,
 		MaxTTL: MaxSessionTimeout,
+		// Semaphores queue as the fair recipe's locks do, whatever the
+		// recipe (semaphore.go).
+		MaxPermits:    MaxPermits,
+		SemaphoreWait: driver.WaitQueue,
+		SemaphoreFair: true,
 	}
 	if l.cfg.recipe == RecipeFair {
 		c.Fair = true
@@ -217,7 +222,7 @@ func (l *locker) acquire(ctx context.Context, req driver.Request, wait bool) (dr
 	if err := l.check(); err != nil {
 		return nil, err
 	}
-	if l.cfg.recipe == RecipeBasic {
+	if l.cfg.recipe == RecipeBasic && req.Permits == 0 {
 		return l.basicAcquire(ctx, req, wait)
 	}
 	return l.fairAcquire(ctx, req, wait)
