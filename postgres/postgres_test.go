@@ -151,3 +151,7 @@ func TestRecreatedCounter(t *testing.T) {
 		})
 	})
 }
+
+func TestSemaphores(t *testing.T) {
+	sqltest.Semaphores(t, testenv.Postgres(t).URL, "advisory")
+}

@@ -63,7 +63,12 @@ var (
 type blocking struct{ *Locker }
 
 // Acquire waits in the server's lock queue until granted or ctx ends.
+// Semaphores are not queued (SemaphoreWait is WaitPoll): a semaphore's
+// request makes one attempt.
 func (b blocking) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if req.Permits > 0 {
+		return b.acquireSem(ctx, req)
+	}
 	return b.acquirePinned(ctx, req, true)
 }
 
@@ -74,6 +79,9 @@ type watching struct{ *Locker }
 func (w watching) Watch(ctx context.Context, req driver.Request) (<-chan struct{}, func(), error) {
 	if err := w.ensure(ctx); err != nil { // the channel is named after the resolved table
 		return nil, nil, ctxErr(ctx, err)
+	}
+	if req.Permits > 0 {
+		return w.hub.watch(ctx, SemWakeKey(req.Name))
 	}
 	return w.hub.watch(ctx, req.Name)
 }
@@ -152,6 +160,16 @@ func capabilities(cfg Config) driver.Capabilities {
 		}
 		c.ReleaseOnCrash = driver.ReleaseAfterTTL
 		c.Notes = joinNotes(c.Notes, versionNote)
+	}
+	if sd, ok := cfg.Dialect.(SemDialect); ok {
+		if c.MaxPermits = sd.SemMaxPermits(cfg.Strategy); c.MaxPermits > 0 {
+			// The server cannot queue "any of N": the pinned strategies'
+			// waiters poll; version's are woken as its locks' are.
+			c.SemaphoreWait = driver.WaitPoll
+			if c.Wait == driver.WaitNotify {
+				c.SemaphoreWait = driver.WaitNotify
+			}
+		}
 	}
 	if n, ok := cfg.Dialect.(FencingNoter); ok {
 		if note := n.FencingNote(cfg.Strategy, cfg.Table); note != "" {
@@ -292,6 +310,9 @@ func (l *Locker) ensure(ctx context.Context) error {
 
 // TryAcquire makes one attempt.
 func (l *Locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if req.Permits > 0 {
+		return l.acquireSem(ctx, req)
+	}
 	if l.strategy == Version {
 		return l.acquireVersion(ctx, req)
 	}
