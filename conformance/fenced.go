@@ -3,9 +3,6 @@ package conformance
 import (
 	"errors"
 	"fmt"
-	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -153,13 +150,15 @@ type FencedError struct {
 	// Visualization is the HTML file with porcupine's visualisation of
 	// the history ("" when it could not be written).
 	Visualization string
+	// Model is "mutex" or "semaphore of N".
+	Model string
 }
 
 func (e *FencedError) Error() string {
 	if e.Visualization == "" {
-		return fmt.Sprintf("conformance: the history of %d operations violates the fenced mutex", e.Ops)
+		return fmt.Sprintf("conformance: the history of %d operations violates the fenced %s", e.Ops, e.Model)
 	}
-	return fmt.Sprintf("conformance: the history of %d operations violates the fenced mutex; see %s", e.Ops, e.Visualization)
+	return fmt.Sprintf("conformance: the history of %d operations violates the fenced %s; see %s", e.Ops, e.Model, e.Visualization)
 }
 
 // fencedState is the model's state: the holder (client, -1 when free) and
@@ -249,50 +248,5 @@ func FencedModel(fencing bool) porcupine.Model {
 // out), and a *FencedError naming porcupine's HTML visualisation of the
 // history otherwise.
 func CheckFenced(ops []Op, opts FencedOptions) error {
-	if opts.Timeout == 0 {
-		opts.Timeout = 30 * time.Second
-	}
-	var last int64
-	for _, op := range ops {
-		last = max(last, op.Call, op.Return)
-	}
-	hist := make([]porcupine.Operation, 0, len(ops))
-	for _, op := range ops {
-		if op.Kind == OpAcquire && !op.OK {
-			continue // tells nothing about the state
-		}
-		ret := op.Return
-		if ret < 0 {
-			ret = math.MaxInt64 / 2
-			if last < ret {
-				ret = last + 1
-			}
-		}
-		hist = append(hist, porcupine.Operation{
-			ClientId: op.Client, Input: op, Call: op.Call, Output: op.OK, Return: ret,
-		})
-	}
-	model := FencedModel(opts.Fencing)
-	res, info := porcupine.CheckOperationsVerbose(model, hist, opts.Timeout)
-	if res != porcupine.Illegal {
-		return nil
-	}
-	fe := &FencedError{Ops: len(hist)}
-	dir := opts.Dir
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	name := opts.Name
-	if name == "" {
-		name = "history"
-	}
-	f, err := os.CreateTemp(dir, "fenced-"+filepath.Base(name)+"-*.html")
-	if err == nil {
-		path := f.Name()
-		if err := porcupine.Visualize(model, info, f); err == nil {
-			fe.Visualization = path
-		}
-		f.Close()
-	}
-	return fe
+	return checkModel(ops, FencedModel(opts.Fencing), "mutex", opts)
 }

@@ -92,3 +92,48 @@ func TestFencedOps(t *testing.T) {
 		t.Error("a fenced violation on a fencing backend must fail the run")
 	}
 }
+
+// TestAnalyseSemaphore checks a semaphore run's measures on a history
+// written by hand: three believed holders of a semaphore of two is one raw
+// overlap, and a third grant while two hold is a fenced violation.
+func TestAnalyseSemaphore(t *testing.T) {
+	ms := int64(time.Millisecond)
+	a := lease(1, 0, 300*ms, "released")
+	b := lease(2, 100*ms, 200*ms, "released")
+	c := lease(3, 250*ms, 400*ms, "released") // a and c: two of two
+	d := lease(4, 280*ms, 500*ms, "released") // a, c and d: over by 20ms
+	mk := func(third bool) *History {
+		ops := []Op{
+			{Client: 1, Kind: "acquire", Lease: 1, Call: 0, Return: 0, OK: true, Token: 1},
+			{Client: 2, Kind: "acquire", Lease: 1, Call: 90 * ms, Return: 100 * ms, OK: true, Token: 2},
+			{Client: 2, Kind: "release", Lease: 1, Call: 200 * ms, Return: 210 * ms, OK: true, Token: 2},
+			{Client: 3, Kind: "acquire", Lease: 1, Call: 240 * ms, Return: 250 * ms, OK: true, Token: 3},
+			{Client: 1, Kind: "release", Lease: 1, Call: 300 * ms, Return: 310 * ms, OK: true, Token: 1},
+			{Client: 3, Kind: "release", Lease: 1, Call: 400 * ms, Return: 410 * ms, OK: true, Token: 3},
+		}
+		leases := []*LeaseRec{a, b, c}
+		if third {
+			ops = append(ops,
+				Op{Client: 4, Kind: "acquire", Lease: 1, Call: 270 * ms, Return: 280 * ms, OK: true, Token: 4},
+				Op{Client: 4, Kind: "release", Lease: 1, Call: 500 * ms, Return: 510 * ms, OK: true, Token: 4})
+			leases = append(leases, d)
+		}
+		return &History{Ops: ops, Leases: leases, End: 600 * ms}
+	}
+	a.Token, b.Token, c.Token, d.Token = 1, 2, 3, 4
+	cfg := Config{Target: &Target{Backend: "test", Caps: driver.Capabilities{Fencing: true}}, Dir: t.TempDir(), Permits: 2}
+	res := analyse(mk(false), cfg)
+	if res.Overlaps != 0 || res.FencedViolations != 0 || len(res.Failures) != 0 {
+		t.Errorf("two of two: overlaps %d, fenced violations %d, failures %v", res.Overlaps, res.FencedViolations, res.Failures)
+	}
+	res = analyse(mk(true), cfg)
+	if res.Overlaps != 1 || res.LongestOverlap != 20*time.Millisecond {
+		t.Errorf("three of two: overlaps %d longest %v, want 1 and 20ms", res.Overlaps, res.LongestOverlap)
+	}
+	if res.FencedViolations != 1 || len(res.Failures) == 0 {
+		t.Errorf("three of two: fenced violations %d, failures %v; want 1 and a failure", res.FencedViolations, res.Failures)
+	}
+	if got := res.Name(); got != "test sem×2" {
+		t.Errorf("Name() = %q", got)
+	}
+}

@@ -22,6 +22,7 @@ const (
 	envName    = "DLOCK_FAULTS_NAME"
 	envTTL     = "DLOCK_FAULTS_TTL"
 	envTimeout = "DLOCK_FAULTS_ACQUIRE_TIMEOUT"
+	envPermits = "DLOCK_FAULTS_PERMITS" // > 0: take permits of a semaphore
 )
 
 // msg is one line of the protocol between a client process and the parent
@@ -123,6 +124,7 @@ func runChild(idEnv string, c *childConn) error {
 	}
 	id, _ := strconv.Atoi(idEnv)
 	name := os.Getenv(envName)
+	permits, _ := strconv.Atoi(os.Getenv(envPermits))
 
 	ctx := context.Background()
 	var l *dlock.Locker
@@ -146,6 +148,16 @@ func runChild(idEnv string, c *childConn) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	defer l.Close()
+	acquire := func(ctx context.Context, opts *dlock.AcquireOptions) (*dlock.Lease, error) {
+		return l.Acquire(ctx, name, opts)
+	}
+	if permits > 0 {
+		sem, err := l.Semaphore(name, permits)
+		if err != nil {
+			return err
+		}
+		acquire = sem.Acquire
+	}
 
 	rnd := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
 	for seq := 1; ; seq++ {
@@ -158,7 +170,7 @@ func runChild(idEnv string, c *childConn) error {
 		}
 		called := time.Now()
 		actx, cancel := context.WithTimeout(ctx, acqTimeout)
-		lease, err := l.Acquire(actx, name, &dlock.AcquireOptions{TTL: ttl})
+		lease, err := acquire(actx, &dlock.AcquireOptions{TTL: ttl})
 		cancel()
 		if err != nil {
 			if err := c.send(msg{K: "ret", Op: "acquire", Err: err.Error(), Kind: errKind(err)}); err != nil {

@@ -51,6 +51,20 @@
 //   - whether every lost lease was signalled to its holder (Done closed,
 //     or its local deadline passed) before another holder was granted.
 //
+// # Semaphore runs
+//
+// Every backend whose Capabilities.MaxPermits allows it also runs the
+// kill and pause faults (Options.SemaphoreFaults) with the clients taking
+// permits of one semaphore of two (Options.Permits) instead of the lock.
+// The register is then conformance.SemRegister (it refuses a token lower
+// than the N highest written) and the history is checked against the
+// fenced semaphore model (conformance.CheckFencedSemaphore: never more
+// than N holders, tokens strictly increasing across permits, an accepted
+// write only by a holder); the raw overlaps count the grants that made
+// more than N clients believe they held a permit. Which grant took a lost
+// permit is not known with N permits, so recovery and the loss signal are
+// not measured there (the conformance suite checks the crash bound).
+//
 // Faults that a backend is documented not to survive (Redis failover and
 // eviction, Redlock keys expiring early: a clock jump) report their fenced
 // violations, raw overlaps and unsignalled losses without failing: that

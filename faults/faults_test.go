@@ -63,7 +63,7 @@ func TestFaults(t *testing.T) {
 		t.Skip("no backend could run")
 	}
 	for _, r := range rep.Results {
-		t.Run(r.Backend+"/"+r.Fault, func(t *testing.T) {
+		t.Run(r.Name()+"/"+r.Fault, func(t *testing.T) {
 			for _, f := range r.Failures {
 				t.Error(f)
 			}

@@ -24,7 +24,10 @@ import (
 // loss anywhere in that window, so the conversion never invents a
 // violation nor hides one: fencing violations (a token that goes back, a
 // stale write accepted) remain violations.
-func fencedOps(h *History) []conformance.Op {
+//
+// In a semaphore run (permits > 0) the next grant may have taken another
+// permit, so such a loss's window stays open to the end of the history.
+func fencedOps(h *History, permits int) []conformance.Op {
 	var ops []conformance.Op
 	released := map[[2]int]bool{}
 	for _, op := range h.Ops {
@@ -54,7 +57,7 @@ func fencedOps(h *History) []conformance.Op {
 		ret := int64(-1)
 		if l.DoneKind == kindLost && l.DoneAt >= 0 {
 			ret = l.DoneAt
-		} else if i+1 < len(grants) {
+		} else if i+1 < len(grants) && permits == 0 {
 			ret = grants[i+1].Granted
 		}
 		if ret >= 0 && ret < l.Called {
@@ -67,11 +70,15 @@ func fencedOps(h *History) []conformance.Op {
 
 // checkFenced runs the conformance fenced-mutex checker over h; the
 // visualisation of a failing history goes to dir.
-func checkFenced(h *History, res *Result, fencing bool, dir string, timeout time.Duration) {
+func checkFenced(h *History, res *Result, fencing bool, permits int, dir string, timeout time.Duration) {
 	name := strings.ReplaceAll(res.Backend, "/", "-") + "-" + res.Fault
-	err := conformance.CheckFenced(fencedOps(h), conformance.FencedOptions{
-		Fencing: fencing, Dir: dir, Name: name, Timeout: timeout,
-	})
+	opts := conformance.FencedOptions{Fencing: fencing, Dir: dir, Name: name, Timeout: timeout}
+	var err error
+	if permits > 0 {
+		err = conformance.CheckFencedSemaphore(fencedOps(h, permits), permits, opts)
+	} else {
+		err = conformance.CheckFenced(fencedOps(h, 0), opts)
+	}
 	var fe *conformance.FencedError
 	switch {
 	case err == nil:

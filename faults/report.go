@@ -51,6 +51,15 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
 }
 
+// Name is the row's backend: "redis", or "redis sem×2" for a run on a
+// semaphore of 2 permits.
+func (r *Result) Name() string {
+	if r.Permits > 0 {
+		return fmt.Sprintf("%s sem×%d", r.Backend, r.Permits)
+	}
+	return r.Backend
+}
+
 // cells returns the columns of one row, as text.
 func (r *Result) cells() []string {
 	fenced := "n/a"
@@ -92,7 +101,7 @@ func (r *Result) cells() []string {
 		verdict = "ok (no fencing declared)"
 	}
 	return []string{
-		r.Backend, r.Fault, fmt.Sprint(r.Ops), fmt.Sprint(r.Injections),
+		r.Name(), r.Fault, fmt.Sprint(r.Ops), fmt.Sprint(r.Injections),
 		fmt.Sprintf("%d/%d", r.WritesRejected, r.Writes), fenced, overlap, rec, sig, verdict,
 	}
 }

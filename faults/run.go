@@ -52,6 +52,11 @@ type Config struct {
 	Dir string
 	// CheckTimeout bounds the linearizability search (default 30s).
 	CheckTimeout time.Duration
+	// Permits, when above zero (at most MaxPermits), makes the clients take permits of a
+	// semaphore of that many permits named Name instead of the lock
+	// (at most conformance.MaxModelPermits): the checks are then the
+	// fenced semaphore's (never more than Permits holders).
+	Permits int
 }
 
 func (c *Config) checkTimeout() time.Duration {
@@ -82,7 +87,8 @@ type run struct {
 	cfg  Config
 	t0   time.Time
 	reg  conformance.Register
-	stop chan struct{} // closed at the end of the run
+	sreg *conformance.SemRegister // the register of a semaphore run
+	stop chan struct{}            // closed at the end of the run
 
 	mu        sync.Mutex
 	hist      History
@@ -120,12 +126,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Duration = max(cfg.Duration, cfg.Every/2+pauseLengthFor(caps, cfg.TTL)+
 			crashBound(caps, cfg.TTL)+slack(cfg.TTL)+cfg.TTL)
 	}
+	if cfg.Permits > conformance.MaxModelPermits {
+		return nil, fmt.Errorf("faults: %d permits: the checker models at most %d", cfg.Permits, conformance.MaxModelPermits)
+	}
 	r := &run{
 		cfg:       cfg,
 		t0:        time.Now(),
 		stop:      make(chan struct{}),
 		clients:   make(map[int]*client),
 		upstreams: append([]string(nil), cfg.Target.Upstreams...),
+	}
+	if cfg.Permits > 0 {
+		r.sreg = conformance.NewSemRegister(cfg.Permits)
 	}
 	for range cfg.Clients {
 		if err := r.spawn(); err != nil {
@@ -220,6 +232,7 @@ func (r *run) spawn() error {
 			envName + "=" + r.cfg.Name,
 			envTTL + "=" + r.cfg.TTL.String(),
 			envTimeout + "=" + r.cfg.acquireTimeout().String(),
+			envPermits + "=" + strconv.Itoa(r.cfg.Permits),
 		},
 		OutputMax:     4096,
 		DieWithParent: true,
@@ -357,7 +370,12 @@ func (r *run) ret(c *client, m msg, now int64) {
 func (r *run) write(c *client, m msg, now int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ok := r.reg.Write(m.Token, c.id) == nil
+	var ok bool
+	if r.sreg != nil {
+		ok = r.sreg.Write(m.Token) == nil
+	} else {
+		ok = r.reg.Write(m.Token, c.id) == nil
+	}
 	r.hist.Ops = append(r.hist.Ops, Op{Client: c.id, Kind: "write", Lease: m.Lease, Call: now, Return: now, OK: ok, Token: m.Token})
 	return ok
 }

@@ -12,8 +12,13 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
+
+// MaxPermits is the largest semaphore a run checks: the fenced
+// semaphore model's limit.
+const MaxPermits = conformance.MaxModelPermits
 
 // Options configure Suite. Zero fields take the defaults of the short mode.
 type Options struct {
@@ -32,6 +37,15 @@ type Options struct {
 	BackendDuration time.Duration
 	// Parallel is how many backends run at once (default 1).
 	Parallel int
+	// Permits is the size of the semaphore of the semaphore runs
+	// (default 2); negative means no semaphore runs. Every backend whose
+	// Capabilities.MaxPermits allows it runs SemaphoreFaults (default
+	// kill and pause, those selected by Faults) with Clients processes
+	// taking permits of one semaphore.
+	Permits int
+	// SemaphoreFaults are the faults of the semaphore runs; nil means
+	// kill and pause, empty means none.
+	SemaphoreFaults []string
 	// Dir receives the histories of failing runs with porcupine's
 	// visualisation ("" : a temporary directory).
 	Dir string
@@ -56,6 +70,15 @@ func (o *Options) defaults() {
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 1
+	}
+	if o.Permits == 0 {
+		o.Permits = 2
+	}
+	if o.Permits > MaxPermits {
+		o.Permits = MaxPermits
+	}
+	if o.SemaphoreFaults == nil {
+		o.SemaphoreFaults = []string{"kill", "pause"}
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -139,46 +162,57 @@ func runBackend(ctx context.Context, b *Backend, faults []*Fault, opts Options) 
 	}
 	defer closeFn()
 	opts.Logf("%s: servers up in %v", b.Name, time.Since(t0).Round(time.Millisecond))
-	if opts.BackendDuration > 0 {
-		n := 0
-		for _, t := range targets {
-			for _, f := range faults {
-				if f.Applies(t) {
-					n++
-				}
-			}
-		}
-		opts.Duration = max(opts.Duration, opts.BackendDuration/time.Duration(max(n, 1)))
+	type job struct {
+		t       *Target
+		f       *Fault
+		permits int
 	}
-	var out []*Result
+	var jobs []job
 	for _, t := range targets {
 		for _, f := range faults {
-			if !f.Applies(t) {
-				continue
+			if f.Applies(t) {
+				jobs = append(jobs, job{t, f, 0})
 			}
-			if ctx.Err() != nil {
-				return out, ""
-			}
-			name := fmt.Sprintf("faults/%s/%s/%d", strings.ReplaceAll(t.Backend, "/", "-"), f.Name, time.Now().UnixNano())
-			ttl, duration, every := runTiming(t.Caps, opts)
-			cfg := Config{
-				Target: t, Fault: f, Clients: opts.Clients, TTL: ttl,
-				Duration: duration, Every: every, Name: name, Logf: opts.Logf,
-				Dir: opts.Dir,
-			}
-			if f.Name == "none" {
-				cfg.Fault = nil
-			}
-			res, err := Run(ctx, cfg)
-			if err != nil && res == nil {
-				out = append(out, &Result{Backend: t.Backend, Fault: f.Name, FencedViolations: -1, Failures: []string{err.Error()}})
-				continue
-			}
-			res.Fault = f.Name
-			saveHistory(res, opts.Dir)
-			opts.Logf("%s", strings.Join(res.cells(), " | "))
-			out = append(out, res)
 		}
+	}
+	for _, t := range targets {
+		if opts.Permits <= 0 || t.Caps.MaxPermits < opts.Permits {
+			continue
+		}
+		for _, f := range faults {
+			if f.Applies(t) && slices.Contains(opts.SemaphoreFaults, f.Name) {
+				jobs = append(jobs, job{t, f, opts.Permits})
+			}
+		}
+	}
+	if opts.BackendDuration > 0 {
+		opts.Duration = max(opts.Duration, opts.BackendDuration/time.Duration(max(len(jobs), 1)))
+	}
+	var out []*Result
+	for _, j := range jobs {
+		t, f := j.t, j.f
+		if ctx.Err() != nil {
+			return out, ""
+		}
+		name := fmt.Sprintf("faults/%s/%s/%d", strings.ReplaceAll(t.Backend, "/", "-"), f.Name, time.Now().UnixNano())
+		ttl, duration, every := runTiming(t.Caps, opts)
+		cfg := Config{
+			Target: t, Fault: f, Clients: opts.Clients, TTL: ttl,
+			Duration: duration, Every: every, Name: name, Logf: opts.Logf,
+			Dir: opts.Dir, Permits: j.permits,
+		}
+		if f.Name == "none" {
+			cfg.Fault = nil
+		}
+		res, err := Run(ctx, cfg)
+		if err != nil && res == nil {
+			out = append(out, &Result{Backend: t.Backend, Fault: f.Name, Permits: j.permits, FencedViolations: -1, Failures: []string{err.Error()}})
+			continue
+		}
+		res.Fault = f.Name
+		saveHistory(res, opts.Dir)
+		opts.Logf("%s", strings.Join(res.cells(), " | "))
+		out = append(out, res)
 	}
 	return out, ""
 }
@@ -204,7 +238,7 @@ func runTiming(caps driver.Capabilities, opts Options) (ttl, duration, every tim
 // saveHistory writes a run's history (JSON) into dir, next to the
 // porcupine visualisation of a failing one.
 func saveHistory(res *Result, dir string) {
-	base := filepath.Join(dir, strings.ReplaceAll(res.Backend, "/", "-")+"-"+res.Fault)
+	base := filepath.Join(dir, strings.ReplaceAll(strings.ReplaceAll(res.Name(), "/", "-"), " ", "-")+"-"+res.Fault)
 	f, err := os.Create(base + ".history.json")
 	if err != nil {
 		return

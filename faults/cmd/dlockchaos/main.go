@@ -65,6 +65,8 @@ func run() int {
 		out      = flag.String("out", "dlockchaos-out", "report directory")
 		list     = flag.Bool("list", false, "list backends and faults and exit")
 		quiet    = flag.Bool("q", false, "no progress lines")
+		permits  = flag.Int("permits", 2, "permits of the semaphore runs (at most 8; -1: no semaphore runs)")
+		semFs    = flag.String("semaphore-faults", "kill,pause", "comma-separated faults of the semaphore runs")
 	)
 	flag.Parse()
 	if *list {
@@ -80,6 +82,20 @@ func run() int {
 		Backends: split(*backends), Faults: split(*fs),
 		Clients: *clients, TTL: *ttl, Duration: *perRun, Every: *every,
 		Parallel: *parallel, Dir: *out, Command: "dlockchaos " + strings.Join(os.Args[1:], " "),
+		Permits: *permits, SemaphoreFaults: split(*semFs),
+	}
+	if *permits > faults.MaxPermits {
+		fmt.Fprintf(os.Stderr, "dlockchaos: -permits %d: the checker models at most %d\n", *permits, faults.MaxPermits)
+		return 2
+	}
+	if opts.SemaphoreFaults == nil {
+		opts.SemaphoreFaults = []string{}
+	}
+	for _, f := range opts.SemaphoreFaults {
+		if faults.FaultByName(f) == nil {
+			fmt.Fprintf(os.Stderr, "dlockchaos: unknown fault %q in -semaphore-faults (see -list)\n", f)
+			return 2
+		}
 	}
 	for _, b := range opts.Backends {
 		if faults.BackendByName(b) == nil {
