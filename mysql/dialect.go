@@ -171,14 +171,30 @@ func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 }
 
 // lockKey is GET_LOCK's name: the name itself up to 64 characters, else
-// (or when it looks like a hashed key) "dlock#" and 58 hex digits of its
+// (or when it looks like a hashed key, a semaphore's key or a session's
+// marker: it starts with "dlock#" in any case, since some servers compare
+// these names case-insensitively) "dlock#" and 58 hex digits of its
 // SHA-256.
 func lockKey(name string) string {
-	if len([]rune(name)) <= 64 && !strings.HasPrefix(name, "dlock#") {
+	if len([]rune(name)) <= 64 && !dlockPrefixed(name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
 	return "dlock#" + hex.EncodeToString(sum[:])[:58]
+}
+
+// dlockPrefixed reports whether name starts with "dlock#" in any case
+// (Unicode simple folding: "DLOCK#", "Klock#" with a Kelvin sign).
+func dlockPrefixed(name string) bool {
+	const prefix = "dlock#"
+	n := 0
+	for i := range name {
+		if n == len(prefix) {
+			return strings.EqualFold(name[:i], prefix)
+		}
+		n++
+	}
+	return n == len(prefix) && strings.EqualFold(name, prefix)
 }
 
 // session saves and sets the session's timeouts: wait_timeout (the idle

@@ -110,7 +110,10 @@ func (l *Locker) acquireSem(ctx context.Context, req driver.Request) (driver.Lea
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	for resized := false; ; resized = true {
+	// A SemResize may be chosen as a deadlock victim (two clients
+	// creating one semaphore's header at once): the next attempt then
+	// finds the other's header, or resizes again, a few times at most.
+	for resized, tries := false, 0; ; tries++ {
 		var (
 			lease  driver.Lease
 			stored int
@@ -127,16 +130,22 @@ func (l *Locker) acquireSem(ctx context.Context, req driver.Request) (driver.Lea
 		if stored == req.Permits {
 			return nil, l.notAcquired()
 		}
-		if resized {
+		if resized || tries == 3 {
 			return nil, l.semMismatch(req, stored)
 		}
 		r := Req{Name: req.Name, Permits: req.Permits}
 		if _, err := l.pool.Run(ctx, sd.SemResize(l.strategy, l.t, r)); err != nil {
-			if k := l.d.Classify(err); ctx.Err() == nil && k == KindBusy {
+			switch k := l.d.Classify(err); {
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			case k == KindBusy:
 				return nil, l.semMismatch(req, stored)
+			case k == KindDeadlock:
+				continue
 			}
-			return nil, ctxErr(ctx, l.errorf("semaphore %q: storing %d permits: %w", req.Name, req.Permits, err))
+			return nil, l.errorf("semaphore %q: storing %d permits: %w", req.Name, req.Permits, err)
 		}
+		resized = true
 	}
 }
 

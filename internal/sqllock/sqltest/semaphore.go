@@ -29,6 +29,7 @@ func Semaphores(t *testing.T, rawURL, native string) {
 			{"CancelLeavesNothing", SemCancelLeavesNothing},
 			{"Namespace", SemNamespace},
 			{"MaxPermits", SemMaxPermits},
+			{"RefreshRelease", SemRefreshRelease},
 		} {
 			t.Run(c.name, func(t *testing.T) { c.f(t, rawURL) })
 		}
@@ -344,7 +345,9 @@ func SemTokensAfterRestart(t *testing.T, srv *testenv.Server, native string) {
 	for _, s := range Strategies(native) {
 		l := Open(t, ctx, WithParams(srv.URL, "strategy", s))
 		ls = append(ls, l)
-		sems = append(sems, semaphore(t, l, "crash", 2))
+		// 4 permits: a version permit whose release meets a connection
+		// broken by the restart stays held until its TTL, one a round.
+		sems = append(sems, semaphore(t, l, "crash", 4))
 	}
 	for round := range 2 {
 		var before []*dlock.Lease
@@ -374,6 +377,30 @@ func SemTokensAfterRestart(t *testing.T, srv *testenv.Server, native string) {
 			if err := p.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// SemRefreshRelease: a permit can be refreshed (its keep-alive finds it
+// held) and released once; a second release is ErrNotHeld.
+func SemRefreshRelease(t *testing.T, rawURL string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	l := Open(t, ctx, rawURL)
+	s := semaphore(t, l, semName(t), 2)
+	for range 2 {
+		p, err := s.TryAcquire(ctx, &dlock.AcquireOptions{TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Refresh(ctx); err != nil {
+			t.Fatalf("refresh of a held permit: %v", err)
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatalf("release of a held permit: %v", err)
+		}
+		if err := p.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("second release: %v, want ErrNotHeld", err)
 		}
 	}
 }
