@@ -76,7 +76,7 @@ func semKeySQL(base, slot string) string {
 func (dialect) SemLock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{
-			sqllock.S(sessionSQL, waitTimeout(r.TTL), 1),
+			sqllock.S(sessionSQL, waitTimeout(r.TTL), int64(1)),
 			sqllock.S("SET @dlock_s = NULL, @dlock_p = NULL"),
 			sqllock.S("START TRANSACTION"),
 			sqllock.S("SELECT permits INTO @dlock_p FROM "+t.Sem+" WHERE name = ? AND slot = 0 LOCK IN SHARE MODE", r.Name),

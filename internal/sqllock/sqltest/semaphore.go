@@ -404,3 +404,39 @@ func SemRefreshRelease(t *testing.T, rawURL string) {
 		}
 	}
 }
+
+// SemRoundTrips: an uncontended TryAcquire and Release of a permit on l
+// (whose round trips f counts) cost one round trip each once the
+// semaphore exists and the connection is warm, as a lock's do.
+func SemRoundTrips(t *testing.T, l *dlock.Locker, f *Flights) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := semaphore(t, l, "rt", 3)
+	opts := &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true}
+	cycle := func() {
+		t.Helper()
+		p, err := s.TryAcquire(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		cycle() // create the semaphore, learn the sessions, prepare
+	}
+	const n = 200
+	r0, _ := f.Count()
+	start := time.Now()
+	for range n {
+		cycle()
+	}
+	took := time.Since(start)
+	r1, _ := f.Count()
+	rt := float64(r1-r0) / n
+	t.Logf("%s: per permit TryAcquire+Release: %.2f round trips, %v", l.Capabilities().Strategy, rt, took/n)
+	if rt > 2 {
+		t.Errorf("%.2f round trips per permit TryAcquire+Release, want 2", rt)
+	}
+}
