@@ -21,6 +21,11 @@
 //   - Version: an optimistic lease row whose expiry is computed by the
 //     server's clock; no connection is pinned.
 //
+// Every strategy has counting semaphores too (driver.Request.Permits),
+// in a table of their own beside the lock table: a header row storing the
+// number of permits and a slot row (or a session lock) per permit; see
+// SemDialect.
+//
 // Every strategy can be inspected (Locker.Inspect, dlock status) through
 // the dialect's Inspect: the holder's session as the server shows it, what
 // the grant recorded where other sessions can read it (the row, a
