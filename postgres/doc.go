@@ -160,10 +160,12 @@
 //     token, expiry), taken when free or expired; a crashed holder's permit
 //     comes back after its TTL.
 //
-// The server cannot queue "any of N": waiters of forupdate and advisory
-// poll (Capabilities.SemaphoreWait is poll, from 2ms to 100ms apart);
-// version's releases NOTIFY the table's channel, which the waiters LISTEN
-// to as they do for locks (notify). None is fair. Tokens come from the
+// The server cannot queue "any of N", but it can notify: on every
+// strategy the release of a permit NOTIFYs the table's channel (after the
+// rollback, on forupdate), which the semaphore's waiters LISTEN to, as
+// version's lock waiters do (Capabilities.SemaphoreWait is notify). A
+// permit freed by its holder's crash notifies nobody: the waiters' fallback
+// timer (50ms, growing to 1s) finds it. None is fair. Tokens come from the
 // sequence <table>_fence, as the strategy's lock tokens do (forupdate's
 // with the same crash marker): they strictly increase across all the
 // permits of a name, and after a crash of the server.

@@ -99,16 +99,19 @@ func semAbort(s sqllock.Strategy, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock_all()"), sqllock.S("RESET idle_session_timeout")}
 }
 
-// semUnlock releases a permit: the slot's key (its result says whether
-// it was held), then every other lock of the session (the header's
-// shared key), and the session's idle timeout the grant saved.
+// semUnlock releases a permit and then notifies the semaphore's waiters
+// (after the rollback: a NOTIFY in the rolled back transaction would not
+// be sent). advisory unlocks the slot's key (its result says whether it
+// was held), then every other lock of the session (the header's shared
+// key), and puts back the session's idle timeout the grant saved.
 func semUnlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	wake := sqllock.S("SELECT true FROM pg_notify($1, $2)", r.Channel, sqllock.SemWakeKey(r.Name))
 	if s == sqllock.ForUpdate {
-		return []sqllock.Stmt{sqllock.S("ROLLBACK")}
+		return []sqllock.Stmt{sqllock.S("ROLLBACK"), wake}
 	}
 	return []sqllock.Stmt{
 		sqllock.S("SELECT set_config('dlock.u', pg_advisory_unlock("+semKey("$1::text", "$2::int")+")::text, false)", semBase(t, r.Name), r.Slot),
-		sqllock.S("SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', current_setting('dlock.idle'), false)"),
+		sqllock.S("SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', current_setting('dlock.idle'), false), pg_notify($1, $2)", r.Channel, sqllock.SemWakeKey(r.Name)),
 		sqllock.S("SELECT current_setting('dlock.u') = 'true'"),
 	}
 }

@@ -53,10 +53,13 @@ var (
 	_ driver.NameValidator = (*Locker)(nil)
 	_ driver.Blocker       = blocking{}
 	_ driver.Watcher       = watching{}
+	_ driver.Blocker       = blockingWatching{}
+	_ driver.Watcher       = blockingWatching{}
 
 	// Tests reach the core of any driver New returns through Core.
 	_ interface{ Core() *Locker } = blocking{}
 	_ interface{ Core() *Locker } = watching{}
+	_ interface{ Core() *Locker } = blockingWatching{}
 )
 
 // blocking is a pinned-strategy Locker: the server's lock queue is the wait.
@@ -86,6 +89,26 @@ func (w watching) Watch(ctx context.Context, req driver.Request) (<-chan struct{
 	return w.hub.watch(ctx, req.Name)
 }
 
+// blockingWatching is a pinned-strategy Locker whose semaphores' waiters
+// LISTEN for the release of a permit (a Notifier pool): locks wait in the
+// server's queue, permits are woken.
+type blockingWatching struct{ blocking }
+
+// Watch registers interest in the releases of permits of req.Name. A
+// lock is never watched (it waits in the server's queue): its channel is
+// closed, which makes a caller poll.
+func (w blockingWatching) Watch(ctx context.Context, req driver.Request) (<-chan struct{}, func(), error) {
+	if req.Permits == 0 {
+		ch := make(chan struct{})
+		close(ch)
+		return ch, func() {}, nil
+	}
+	if err := w.ensure(ctx); err != nil {
+		return nil, nil, ctxErr(ctx, err)
+	}
+	return w.hub.watch(ctx, SemWakeKey(req.Name))
+}
+
 // New returns the driver for cfg.
 func New(cfg Config) driver.Locker { return newLocker(cfg).wrapped() }
 
@@ -109,6 +132,9 @@ func newLocker(cfg Config) *Locker {
 			}
 		}
 		l.hub = newHub(n, l.t.Channel, register)
+	} else if ok && l.caps.MaxPermits > 0 {
+		// The pinned strategies' permits: their releases notify.
+		l.hub = newHub(n, l.t.Channel, nil)
 	}
 	return l
 }
@@ -117,6 +143,8 @@ func newLocker(cfg Config) *Locker {
 // the pinned strategies, a Watcher when releases are notified.
 func (l *Locker) wrapped() driver.Locker {
 	switch {
+	case (l.strategy == ForUpdate || l.strategy == Native) && l.hub != nil:
+		return blockingWatching{blocking{l}}
 	case l.strategy == ForUpdate, l.strategy == Native:
 		return blocking{l}
 	case l.hub != nil:
@@ -163,10 +191,11 @@ func capabilities(cfg Config) driver.Capabilities {
 	}
 	if sd, ok := cfg.Dialect.(SemDialect); ok {
 		if c.MaxPermits = sd.SemMaxPermits(cfg.Strategy); c.MaxPermits > 0 {
-			// The server cannot queue "any of N": the pinned strategies'
-			// waiters poll; version's are woken as its locks' are.
+			// The server cannot queue "any of N": waiters are woken by
+			// the releases' notifications where the database has them,
+			// and poll otherwise.
 			c.SemaphoreWait = driver.WaitPoll
-			if c.Wait == driver.WaitNotify {
+			if _, ok := cfg.Pool.(Notifier); ok {
 				c.SemaphoreWait = driver.WaitNotify
 			}
 		}

@@ -29,8 +29,11 @@ import (
 //   - Version: a slot row with owner, token and an expiry set by the
 //     server's clock, taken when free or expired.
 //
-// The server cannot queue "any of N": the pinned strategies' waiters poll
-// (driver.WaitPoll), and version's are woken by NOTIFY on PostgreSQL.
+// The server cannot queue "any of N": on a Notifier pool (PostgreSQL)
+// the release of a permit notifies the table's channel with SemWakeKey,
+// which wakes the semaphore's waiters (driver.WaitNotify; a permit freed
+// by a crash notifies nobody, and the waiters' fallback timer finds it);
+// elsewhere the waiters poll (driver.WaitPoll).
 //
 // N is stored in the header. An attempt whose N differs from the stored
 // one runs the dialect's SemResize, which sets the header to its N only
@@ -53,7 +56,8 @@ type SemDialect interface {
 	// (NULL: no header yet) and the slot taken (NULL: none). A slot busy
 	// for a moment (a concurrent SemResize) may fail with a KindBusy
 	// error. Abort (with r.Permits set) undoes it, as for Lock; Ping and
-	// Unlock see r.Permits and r.Slot.
+	// Unlock see r.Permits and r.Slot, and Unlock notifies r.Channel with
+	// SemWakeKey(r.Name) when the pool is a Notifier.
 	SemLock(s Strategy, t Table, r Req) []Stmt
 	// SemResize creates r.Name's header and slot rows when missing and
 	// sets the stored N to r.Permits, unless a permit is held: then it
@@ -166,7 +170,7 @@ func (l *Locker) trySemPinned(ctx context.Context, sd SemDialect, req driver.Req
 	if err != nil {
 		return nil, 0, ctxErr(ctx, l.errorf("taking a connection: %w", err))
 	}
-	r := Req{Name: req.Name, TTL: req.TTL, NoWait: true, Permits: req.Permits}
+	r := Req{Name: req.Name, TTL: req.TTL, NoWait: true, Permits: req.Permits, Channel: l.t.Channel}
 	for recovered := false; ; {
 		start := time.Now()
 		var token, stored, slot *int64

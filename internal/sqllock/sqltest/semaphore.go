@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/sqllock"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -51,8 +52,8 @@ func semaphore(t *testing.T, l *dlock.Locker, name string, n int) *dlock.Semapho
 }
 
 // semCapabilities: the strategy declares semaphores, waited for by
-// polling (pinned strategies, MySQL's version) or notification
-// (PostgreSQL's version), unfair, freed after a crash as its locks are.
+// notification where the database has it (PostgreSQL) and polling
+// otherwise, unfair.
 func semCapabilities(t *testing.T, rawURL string) {
 	l := Open(t, t.Context(), rawURL)
 	c := l.Capabilities()
@@ -60,7 +61,7 @@ func semCapabilities(t *testing.T, rawURL string) {
 		t.Errorf("MaxPermits %d, want at least 1000", c.MaxPermits)
 	}
 	want := driver.WaitPoll
-	if c.Wait == driver.WaitNotify {
+	if _, ok := Core(l).Pool().(sqllock.Notifier); ok {
 		want = driver.WaitNotify
 	}
 	if c.SemaphoreWait != want || c.SemaphoreFair {
