@@ -2,14 +2,17 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/memory"
 )
 
 // This file is a small in-process lock service whose flaws can be
@@ -365,5 +368,155 @@ func (h *brokenHarness) Residue(_ context.Context, name string) (int, error) {
 func brokenMaker(f flaws) conformance.HarnessMaker {
 	return func(context.Context) (conformance.Harness, error) {
 		return &brokenHarness{sp: newSpace(), f: f}, nil
+	}
+}
+
+// Broken semaphores: each is the memory driver (the reference) behind a
+// wrapper that makes one mistake real semaphore implementations have
+// made, and the suite's semaphore cases must catch it. Without a flaw the
+// wrapper passes (TestCorrectSemaphoreDriverPasses).
+
+// semFlaws are the deliberate bugs of semaphores.
+type semFlaws struct {
+	// admitsExtra: an off-by-one in the count (held > N instead of
+	// held >= N refuses): N+1 holders at once.
+	admitsExtra bool
+	// tokensPerClient: each client counts its permits' tokens itself, so
+	// tokens repeat and go back across clients.
+	tokensPerClient bool
+	// nInName: N is part of the semaphore's identity on the server, so two
+	// clients that disagree on N silently get two limits.
+	nInName bool
+	// ghostWaiter: a cancelled Acquire stays queued on the server and is
+	// granted a permit (with its TTL) when one frees.
+	ghostWaiter bool
+	// slowWake: claims a queue (SemaphoreWait WaitQueue) but its Acquire
+	// polls every 800ms: a freed permit wakes nobody.
+	slowWake bool
+	// neverExpires: the server keeps a permit an hour whatever TTL it was
+	// asked for, so a holder that dies (stops refreshing) never gives its
+	// permit back. A crashed process cannot be modelled otherwise here: the
+	// memory driver has no URL a child process could open, so the suite's
+	// killed-process part is skipped; its TTL part sees a holder that
+	// stopped refreshing, which is what a crash is to a TTL-bound server.
+	neverExpires bool
+}
+
+// semDriver wraps a memory driver (one client on a shared namespace).
+type semDriver struct {
+	inner  driver.Locker
+	f      semFlaws
+	tokens atomic.Uint64 // tokensPerClient: this client's own counter
+}
+
+type semLease struct {
+	driver.Lease
+	d   *semDriver
+	tok uint64
+}
+
+var (
+	_ driver.Locker       = (*semDriver)(nil)
+	_ driver.Blocker      = (*semDriver)(nil)
+	_ driver.Granted      = (*semLease)(nil)
+	_ driver.LossNotifier = (*semLease)(nil)
+)
+
+func (d *semDriver) Capabilities() driver.Capabilities { return d.inner.Capabilities() }
+func (d *semDriver) Close() error                      { return d.inner.Close() }
+
+// request is what the flawed client sends the server for req.
+func (d *semDriver) request(req driver.Request) driver.Request {
+	if req.Permits == 0 {
+		return req
+	}
+	if d.f.admitsExtra {
+		req.Permits++
+	}
+	if d.f.nInName {
+		req.Name = fmt.Sprintf("%s\x00%d", req.Name, req.Permits)
+	}
+	if d.f.neverExpires {
+		req.TTL = time.Hour
+	}
+	return req
+}
+
+func (d *semDriver) wrap(req driver.Request, ls driver.Lease, err error) (driver.Lease, error) {
+	if err != nil || req.Permits == 0 {
+		return ls, err
+	}
+	tok := ls.Token()
+	if d.f.tokensPerClient {
+		tok = d.tokens.Add(1)
+	}
+	return &semLease{Lease: ls, d: d, tok: tok}, nil
+}
+
+func (d *semDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	ls, err := d.inner.TryAcquire(ctx, d.request(req))
+	return d.wrap(req, ls, err)
+}
+
+func (d *semDriver) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	sreq := d.request(req)
+	blk := d.inner.(driver.Blocker)
+	switch {
+	case req.Permits > 0 && d.f.slowWake:
+		for {
+			ls, err := d.inner.TryAcquire(ctx, sreq)
+			if !errors.Is(err, driver.ErrNotAcquired) {
+				return d.wrap(req, ls, err)
+			}
+			select {
+			case <-time.After(800 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	case req.Permits > 0 && d.f.ghostWaiter:
+		ls, err := blk.Acquire(ctx, sreq)
+		if err != nil && ctx.Err() != nil {
+			// The server never heard of the cancel: the waiter stays
+			// queued and takes a permit that nobody will release.
+			go func() {
+				gctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_, _ = blk.Acquire(gctx, sreq)
+			}()
+		}
+		return d.wrap(req, ls, err)
+	}
+	ls, err := blk.Acquire(ctx, sreq)
+	return d.wrap(req, ls, err)
+}
+
+func (ls *semLease) Token() uint64 { return ls.tok }
+
+func (ls *semLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ls.d.f.neverExpires {
+		ttl = time.Hour
+	}
+	return ls.Lease.Refresh(ctx, ttl)
+}
+
+func (ls *semLease) GrantedAt() time.Time { return ls.Lease.(driver.Granted).GrantedAt() }
+func (ls *semLease) OnLost(f func())      { ls.Lease.(driver.LossNotifier).OnLost(f) }
+
+// semHarness serves the suite one memory namespace through flawed clients.
+type semHarness struct {
+	ns *memory.Namespace
+	f  semFlaws
+}
+
+func (h *semHarness) NewLocker(context.Context) (*dlock.Locker, error) {
+	return dlock.NewLocker(&semDriver{inner: memory.OpenLocker(h.ns).Driver(), f: h.f}), nil
+}
+func (h *semHarness) URL() string  { return "" }
+func (h *semHarness) Close() error { return nil }
+
+func semMaker(f semFlaws) conformance.HarnessMaker {
+	return func(context.Context) (conformance.Harness, error) {
+		return &semHarness{ns: memory.NewNamespace(), f: f}, nil
 	}
 }

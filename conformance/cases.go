@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,9 +47,13 @@ func needFair(c *caseT) string {
 	return ""
 }
 
-// cases is the suite. The package documentation lists the same names and
+// cases is the suite: the lock cases, then the semaphore cases
+// (semaphore.go). The package documentation lists the same names and
 // rules (a test keeps them in step).
-var cases = []testCase{
+var cases = slices.Concat(lockCases, semaphoreCases)
+
+// lockCases are the rules of locks.
+var lockCases = []testCase{
 	{"TryAcquireHeld",
 		"TryAcquire on a free name succeeds; on a held name it returns an error wrapping ErrNotAcquired at once (within a small multiple of one round trip), without waiting for the holder.",
 		nil, caseTryAcquireHeld},

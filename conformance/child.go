@@ -29,6 +29,9 @@ const (
 	envURL   = "DLOCK_CONFORMANCE_URL"
 	envName  = "DLOCK_CONFORMANCE_NAME"
 	envTTL   = "DLOCK_CONFORMANCE_TTL"
+	// envPermits, when set, makes the child take one of that many permits
+	// of the semaphore envName instead of the lock.
+	envPermits = "DLOCK_CONFORMANCE_PERMITS"
 )
 
 func needCrossProcess(c *caseT) string {
@@ -64,7 +67,7 @@ func runChild(_ string, parent *childproc.Parent) int {
 	}
 	defer l.Close()
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	ls, err := l.Acquire(actx, os.Getenv(envName), &dlock.AcquireOptions{TTL: ttl})
+	ls, err := childAcquire(actx, l, ttl)
 	acancel()
 	if err != nil {
 		say("error acquire: %v", err)
@@ -107,6 +110,25 @@ func runChild(_ string, parent *childproc.Parent) int {
 			return 0
 		}
 	}
+}
+
+// childAcquire takes the lock envName, or one of the envPermits permits
+// of the semaphore envName.
+func childAcquire(ctx context.Context, l *dlock.Locker, ttl time.Duration) (*dlock.Lease, error) {
+	opts := &dlock.AcquireOptions{TTL: ttl}
+	p := os.Getenv(envPermits)
+	if p == "" {
+		return l.Acquire(ctx, os.Getenv(envName), opts)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return nil, fmt.Errorf("bad %s: %w", envPermits, err)
+	}
+	sem, err := l.Semaphore(os.Getenv(envName), n)
+	if err != nil {
+		return nil, err
+	}
+	return sem.Acquire(ctx, opts)
 }
 
 // watchPause spins, reading the clock, until it sees a gap of over 20ms
@@ -154,11 +176,22 @@ func watchPause(ls *dlock.Lease, ttl time.Duration, out chan<- string) {
 
 // spawn starts a child process that opens the harness URL and acquires
 // name; the case's clean-up kills it.
-func (c *caseT) spawn(name string) *childproc.Child {
+func (c *caseT) spawn(name string) *childproc.Child { return c.spawnPermit(name, 0) }
+
+// spawnPermit starts a child process that opens the harness URL and
+// acquires the lock name (permits 0) or one of the permits of the
+// semaphore name; the case's clean-up kills it.
+func (c *caseT) spawnPermit(name string, permits int) *childproc.Child {
+	env := []string{envURL + "=" + c.h.URL(), envName + "=" + name, envTTL + "=" + c.ttl().String()}
+	what := "the child process"
+	if permits > 0 {
+		env = append(env, envPermits+"="+strconv.Itoa(permits))
+		what = "a child process holding a permit"
+	}
 	ch, err := childproc.Start(childproc.Spec{
-		Name:    "the child process",
+		Name:    what,
 		RoleEnv: envChild, Role: "hold",
-		Env:  []string{envURL + "=" + c.h.URL(), envName + "=" + name, envTTL + "=" + c.ttl().String()},
+		Env:  env,
 		Args: []string{"-test.run=^" + regexp.QuoteMeta(c.cfg.childTest) + "$", "-test.count=1", "-test.timeout=5m"},
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,93 @@ func TestSkippedIsNotPassed(t *testing.T) {
 	}
 	if res, _ := rep.Case("Fairness"); res.SkipReason == "" {
 		t.Errorf("a skipped case has no reason")
+	}
+}
+
+// onlySemaphores skips every case but the semaphore ones: the lock cases
+// of the memory driver under the wrappers are the memory driver's.
+func onlySemaphores() conformance.Option {
+	var locks []string
+	for _, c := range conformance.Cases() {
+		if !strings.HasPrefix(c.Name, "Semaphore") {
+			locks = append(locks, c.Name)
+		}
+	}
+	return conformance.WithSkip("a lock case: the semaphore wrappers change nothing of locks", locks...)
+}
+
+// The semaphore wrapper without a flaw passes: every failure of a flawed
+// one below is due to its flaw.
+func TestCorrectSemaphoreDriverPasses(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, semMaker(semFlaws{}), onlySemaphores())
+}
+
+// Each broken semaphore must fail the cases that name its flaw, and no
+// case but those and the ones listed as also seeing it (a case that fills
+// a semaphore to check its own rule sees a driver that admits one more; a
+// case that checks tokens on the way sees tokens that repeat): a flaw
+// caught by an unlisted case would mean a rule is checked by accident.
+func TestBrokenSemaphoresAreCaught(t *testing.T) {
+	t.Parallel()
+	type broken struct {
+		name string
+		f    semFlaws
+		want []string // must fail
+		also []string // may fail too
+		rep  chan *conformance.Report
+	}
+	all := []*broken{
+		{name: "AdmitsNPlusOne", f: semFlaws{admitsExtra: true},
+			// A semaphore of one permit admitting two is a broken lock.
+			want: []string{"SemaphoreLimit", "SemaphoreOnePermit"},
+			also: []string{"SemaphoreCrashFreesPermit", "SemaphoreCancelLeavesNothing", "SemaphoreWakes", "SemaphoreMismatchedPermits", "SemaphoreLockIndependent"}},
+		{name: "TokensPerClient", f: semFlaws{tokensPerClient: true},
+			want: []string{"SemaphoreFencing"},
+			// SemaphoreLimit's history is checked against the fenced model.
+			also: []string{"SemaphoreLimit", "SemaphoreCrashFreesPermit", "SemaphoreOnePermit"}},
+		{name: "NumberInTheName", f: semFlaws{nInName: true},
+			want: []string{"SemaphoreMismatchedPermits"}},
+		{name: "WaiterLeftBehind", f: semFlaws{ghostWaiter: true},
+			want: []string{"SemaphoreCancelLeavesNothing"}},
+		{name: "ClaimsQueuePollsSlowly", f: semFlaws{slowWake: true},
+			want: []string{"SemaphoreWakes"},
+			// A queue notices an expired permit at once too.
+			also: []string{"SemaphoreCrashFreesPermit"}},
+		{name: "DeadHolderNeverFreed", f: semFlaws{neverExpires: true},
+			want: []string{"SemaphoreCrashFreesPermit"}},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	for _, b := range all {
+		b.rep = make(chan *conformance.Report, 1)
+		go func() {
+			b.rep <- conformance.Evaluate(ctx, semMaker(b.f), conformance.WithTTL(500*time.Millisecond), conformance.WithReportDir(dir), onlySemaphores())
+		}()
+	}
+	for _, b := range all {
+		t.Run(b.name, func(t *testing.T) {
+			rep := <-b.rep
+			failed := rep.Failed()
+			t.Logf("failed: %v", failed)
+			for _, w := range b.want {
+				if !slices.Contains(failed, w) {
+					t.Errorf("the case %s did not catch the flaw %s", w, b.name)
+				}
+			}
+			for _, f := range failed {
+				if !slices.Contains(b.want, f) && !slices.Contains(b.also, f) {
+					t.Errorf("the case %s failed on the flaw %s, which it does not check", f, b.name)
+				}
+			}
+			if t.Failed() {
+				t.Fatalf("the report:\n%v", rep.Err())
+			}
+			for _, w := range b.want {
+				res, _ := rep.Case(w)
+				t.Logf("%s: %q", w, res.Errors)
+			}
+		})
 	}
 }

@@ -147,4 +147,60 @@
 //   - Close: After Close, calls return ErrClosed, acquisitions in flight end
 //     with ErrClosed, leases end with ErrClosed and are released on the server
 //     (they stop renewing), a second Close is harmless, and nothing panics.
+//
+// # Semaphore cases
+//
+// The cases named Semaphore… check counting semaphores (Locker.Semaphore)
+// on every backend whose Capabilities.MaxPermits is above zero, and are
+// skipped with that reason elsewhere. They use a few permits (2 or 3) and
+// short waits; their timing bounds follow Capabilities.SemaphoreWait as
+// the lock cases' follow Wait. SemaphoreLimit and SemaphoreCrashFreesPermit
+// start child processes (with the semaphore's name and number in their
+// environment) as the cross-process lock cases do, and skip that part
+// where those are skipped.
+//
+//   - SemaphoreLimit: At most N clients hold permits of a semaphore of N at
+//     once: N clients each get one with TryAcquire and the next is refused
+//     with ErrNotAcquired; 4 lockers × 3 goroutines acquiring and releasing
+//     permits of one name never see more than N holders, and their history
+//     (grants, fenced writes, releases) is explained by the fenced-semaphore
+//     model; across processes, of N child processes and the parent asking for
+//     N permits, N hold and the last is granted only when the parent
+//     releases.
+//   - SemaphoreFencing: Fencing tokens strictly increase across all the
+//     permits granted for a name: across lockers, across TryAcquire and
+//     Acquire, while other permits are held, and under concurrent
+//     acquisitions (no token is ever given twice).
+//   - SemaphoreCrashFreesPermit: A dead holder's permit comes back within the
+//     backend's bound: on a TTL-bound backend a permit that is never
+//     refreshed nor released is granted to another client no earlier than its
+//     lease deadline and within its TTL plus the waiter's notice bound, with
+//     a higher token; a holder process killed with SIGKILL frees its permit
+//     within Capabilities.ReleaseOnCrash plus the notice bound.
+//   - SemaphoreCancelLeavesNothing: A cancelled semaphore Acquire leaves
+//     nothing behind: while all N permits are held it returns the context's
+//     error promptly (deadline or cancel), a permit freed afterwards goes to
+//     a waiter that came later, and once the holders release another client
+//     takes all N permits at once.
+//   - SemaphoreWakes: A waiter blocked on a semaphore whose permits are all
+//     held is granted one within a bound after a holder releases: at once for
+//     a queue or a notification (Capabilities.SemaphoreWait), within the
+//     portable layer's 100ms backoff cap for polling.
+//   - SemaphoreMismatchedPermits: Two clients that disagree on N get an
+//     error, not two limits: while permits of a semaphore of N are held, an
+//     attempt naming another number fails with ErrInvalidOption (Acquire too,
+//     without waiting) and changes nothing (the holders keep their permits,
+//     exactly the free ones can be taken); once every permit is free, the new
+//     number applies.
+//   - SemaphoreOnePermit: A semaphore of one permit behaves as a lock: one
+//     holder at a time, another client's TryAcquire is refused and its
+//     Acquire waits for the release, and the next grant has a higher token.
+//   - SemaphoreBadInput: Locker.Semaphore refuses a number of permits below 1
+//     or above Capabilities.MaxPermits with ErrInvalidOption and a bad name
+//     with ErrInvalidName; a permit asked for with an Owner or a bad TTL is
+//     refused with ErrInvalidOption before any server call (even with a
+//     context already cancelled); nothing is left held.
+//   - SemaphoreLockIndependent: A semaphore and a lock of the same name are
+//     independent: holding the lock takes no permit, holding every permit
+//     does not hold the lock.
 package conformance

@@ -262,7 +262,7 @@ func (ns *Namespace) stateLocked(req driver.Request) (*state, error) {
 		i++
 	}
 	if st.permits != n {
-		return nil, fmt.Errorf("memory: semaphore %q has %d permits while in use, not %d: %w", req.Name, st.permits, n, driver.ErrInvalidOption)
+		return nil, fmt.Errorf("memory: %d permits while in use, not %d: %w", st.permits, n, driver.ErrInvalidOption)
 	}
 	return st, nil
 }

@@ -131,7 +131,8 @@
 // waiting (only while some wait), and <prefix>{<name>}:rel:<id>, the
 // channel on which a release wakes the Locker with that id. A '}' in the
 // name is written %7D and a '%' %25, so any UTF-8 name of up to 1024 bytes
-// works.
+// works. A semaphore's keys and channels are <prefix>{<name>}:s...
+// (see Semaphores).
 //
 // The scripts: Acquire is one round trip, a Lua script (EVALSHA, falling back to EVAL
 // after a restart) does SET key value NX PX ttl and, when that succeeds,
@@ -206,4 +207,64 @@
 // whose waiters just left is made up for by the portable layer's fallback
 // timer (at most 1s), and every waiter is woken when a subscription
 // connection is re-established.
+//
+// # Semaphores
+//
+// Single server and Cluster: counting semaphores of up to MaxPermits
+// (65536) permits (Capabilities.MaxPermits). The semaphore "x" is apart
+// from the lock "x": its keys carry ":s" after the name's hash tag, which
+// no lock key has, and share the name's slot. <prefix>{<name>}:s is a
+// sorted set of the holders' grant values scored by the end of their
+// lease in milliseconds of the server's clock (TIME), <prefix>{<name>}:s:t
+// each holder's token, <prefix>{<name>}:s:n the number of permits N;
+// these three expire together, never before the latest holder's lease
+// (each grant and refresh extends them when needed), and the last release
+// deletes them. <prefix>{<name>}:s:fence is the semaphore's own INCR
+// counter (no expiry, as a lock's). One Lua script per operation, one
+// round trip each:
+//
+//   - acquire trims the holders whose lease has ended (and their tokens),
+//     refuses an N other than the stored one while any permit is held
+//     (dlock.ErrInvalidOption; the attempt changes nothing), and when
+//     fewer than N hold, adds the caller's value, increments the fence
+//     (the token: strictly increasing across all the permits of the name,
+//     with the durability of a lock's fence) and stores N; when all N are
+//     held it returns the time until the first lease ends, so a waiter
+//     never sleeps past it. A retried request whose first run was applied
+//     finds its value and gets the token that run issued.
+//   - refresh extends only the caller's own member, and only if its lease
+//     has not ended (an ended one is removed, never revived).
+//   - release removes only the caller's own member (an ended one is not
+//     counted as released: ErrNotHeld).
+//
+// A crashed holder's permit is free once its TTL has passed (the next
+// attempt trims it). As for locks, replication is asynchronous: a
+// failover to a replica that had not received a grant forgets it, and
+// more than N may then hold (check the token at the protected resource);
+// a volatile-* eviction policy may evict the holders' keys, an allkeys-*
+// one is refused. A free permit costs TryAcquire and Release 2 EVALSHA
+// and 18 commands inside them, nothing published.
+//
+// Waiting for a permit (Capabilities.SemaphoreWait is WaitNotify, not
+// fair): a Locker watching a semaphore registers in <prefix>{<name>}:s:q
+// when its attempt fails, as Redlock's waiters do (see Waiting); a release
+// that frees a permit wakes the two Lockers registered longest ago on
+// <prefix>{<name>}:s:rel:<locker id> (sharded pub/sub in a Cluster on
+// Redis 7), and their waiters try again; a release with nobody registered
+// publishes nothing. A permit freed by expiry wakes nobody: the waiter's
+// timer ends when the first lease does. A cancelled Acquire leaves no
+// member (an attempt whose reply was lost is released in the background)
+// and removes its Locker's registration when its Locker's last waiter on
+// the name leaves. Not a FIFO grant queue as for locks: granting N holders
+// from a queue needs a multi-grant hand-over, re-queuing of grants that
+// expire unseen and a cancel that hands on a grant it never saw, which
+// the lock's queue took several rounds to get right for one holder.
+//
+// Redlock has no semaphores (MaxPermits 0, so Locker.Semaphore returns
+// dlock.ErrUnsupported): a permit held on a majority of the nodes does
+// not bound the holders. With 3 nodes and 2 permits, holders on nodes
+// {1,2}, {2,3} and {1,3} fill no node past 2, yet 3 hold; bounding the
+// holders at N needs each grant on more than n·N/(N+1) of the n nodes,
+// which is every node as soon as N ≥ n−1, and then a single node down
+// stops every grant.
 package redis

@@ -102,15 +102,15 @@ func benchGrantCost(b *testing.B, waiters int, oneLocker bool) {
 }
 
 // commandStats returns the calls of every command from INFO commandstats.
-func commandStats(b *testing.B, ctx context.Context, c *goredis.Client) map[string]int64 {
-	b.Helper()
+func commandStats(tb testing.TB, ctx context.Context, c *goredis.Client) map[string]int64 {
+	tb.Helper()
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	calls, err := testenv.RedisCommandCalls(info)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return calls
 }

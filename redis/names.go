@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // names is what the driver derives from a lock name: its keys (as
@@ -19,6 +21,16 @@ type names struct {
 	lockArg, fenceArg   any
 	queueArg, chanArg   any // Redlock: the waiter registry and the release channel prefix
 	waitersArg, dataArg any // single server and Cluster: the grant queue
+	// sem is set for a semaphore name (a cache made by newSemCache), whose
+	// keys are layout.RedisSemaphoreKeys: lock is the holders' sorted set,
+	// fence its own counter, queue and channel its waiter registry and
+	// wake-up channel prefix (wake this Locker's), as Redlock's are.
+	sem *semArgs
+}
+
+// semArgs are a semaphore's keys that a lock has not, boxed.
+type semArgs struct {
+	tokensArg, permitsArg any
 }
 
 // nameCache keeps the names of the lock names a Locker used lately, so that
@@ -29,6 +41,7 @@ type names struct {
 // more.
 type nameCache struct {
 	prefix, hubID string // hubID: Redlock's, "" for the grant queue
+	sem           bool   // semaphore names (newSemCache)
 	seed          maphash.Seed
 	slots         [nameSlots]atomic.Pointer[names]
 }
@@ -42,9 +55,30 @@ func newNameCache(prefix, hubID string) *nameCache {
 	return &nameCache{prefix: prefix, hubID: hubID, seed: maphash.MakeSeed()}
 }
 
+// newSemCache returns the cache of the semaphore names of a single server
+// or Cluster Locker whose wake-up hub is hubID.
+func newSemCache(prefix, hubID string) *nameCache {
+	return &nameCache{prefix: prefix, hubID: hubID, sem: true, seed: maphash.MakeSeed()}
+}
+
 func (c *nameCache) get(name string) *names {
 	slot := &c.slots[maphash.String(c.seed, name)&(nameSlots-1)]
 	if n := slot.Load(); n != nil && n.name == name {
+		return n
+	}
+	if c.sem {
+		k := layout.RedisSemaphoreKeys(c.prefix, name)
+		n := &names{
+			name:     name,
+			keys:     keys{lock: k.Holders, fence: k.Fence, queue: k.Queue, channel: k.Channel},
+			wake:     k.Channel + ":" + c.hubID,
+			lockArg:  k.Holders,
+			fenceArg: k.Fence,
+			queueArg: k.Queue,
+			chanArg:  k.Channel,
+			sem:      &semArgs{tokensArg: k.Tokens, permitsArg: k.Permits},
+		}
+		slot.Store(n)
 		return n
 	}
 	k := keysFor(c.prefix, name)

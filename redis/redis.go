@@ -47,7 +47,9 @@ type Options struct {
 	// Prefix is prepended to every key and channel the driver uses
 	// (<prefix>{<name>}, <prefix>{<name>}:fence, the grant queue
 	// <prefix>{<name>}:w and :wd and grant channel <prefix>g:<locker id>,
-	// Redlock's <prefix>{<name>}:q and <prefix>{<name>}:rel:<locker id>).
+	// Redlock's <prefix>{<name>}:q and <prefix>{<name>}:rel:<locker id>,
+	// a semaphore's <prefix>{<name>}:s, :s:t, :s:n, :s:fence, :s:q and
+	// channel <prefix>{<name>}:s:rel:<locker id>).
 	// Default DefaultPrefix, "dlock:". It must not contain '{' or '}'.
 	Prefix string
 	// NodeTimeout bounds each request to one Redlock node (OpenRedlock
@@ -108,6 +110,8 @@ type locker struct {
 	values  *grantValues
 	ttl     ttlArg
 	gate    evictionGate
+	semHub  *hub       // wakes the waiters of semaphores (semaphore.go)
+	sems    *nameCache // semaphore names
 
 	mu     sync.Mutex
 	pubCmd any // "PUBLISH" or "SPUBLISH" once known
@@ -117,6 +121,7 @@ var (
 	_ driver.Locker    = (*locker)(nil)
 	_ driver.Blocker   = (*locker)(nil)
 	_ driver.Inspector = (*locker)(nil)
+	_ driver.Watcher   = (*locker)(nil)
 )
 
 func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locker {
@@ -131,6 +136,8 @@ func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locke
 	l.gch = prefix + "g:" + l.grants.id
 	l.gchArg = l.gch
 	l.names = newNameCache(prefix, "")
+	l.semHub = l.newSemHub()
+	l.sems = newSemCache(prefix, l.semHub.id)
 	return l
 }
 
@@ -194,6 +201,9 @@ func (l *locker) Capabilities() driver.Capabilities {
 		ReleaseOnCrash:       driver.ReleaseAfterTTL,
 		MinTTL:               dlock.MinTTL,
 		MaxTTL:               MaxTTL,
+		MaxPermits:           MaxPermits,
+		SemaphoreWait:        driver.WaitNotify,
+		SemaphoreFair:        false,
 		Notes:                "SET NX PX + Lua (EVALSHA); a server-side FIFO queue: the release script hands the lock to the next live waiter and publishes the grant (one round trip from release to the next holder); a failover to an asynchronous replica can lose a lock",
 	}
 	if l.cluster != nil {
@@ -204,7 +214,7 @@ func (l *locker) Capabilities() driver.Capabilities {
 }
 
 func (l *locker) Close() error {
-	err := l.grants.close()
+	err := errors.Join(l.grants.close(), l.semHub.close())
 	if l.owned {
 		if cerr := l.client.Close(); cerr != nil && !errors.Is(cerr, goredis.ErrClosed) {
 			err = errors.Join(err, cerr)
@@ -217,6 +227,9 @@ func (l *locker) Close() error {
 }
 
 func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if req.Permits > 0 {
+		return l.semAcquire(ctx, req)
+	}
 	n := l.names.get(req.Name)
 	if err := l.checkLock(ctx, n.keys); err != nil {
 		return nil, err
@@ -296,6 +309,11 @@ func (l *locker) takeBack(ctx context.Context, ls *lease, s *script) {
 // its own), and renews its entry every renewEvery(TTL), which also takes
 // a grant whose message was lost.
 func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if req.Permits > 0 {
+		// Semaphores declare WaitNotify: the portable layer waits for
+		// them with TryAcquire and Watch, never here.
+		return nil, fmt.Errorf("redis: acquire: %w: a semaphore's waiters are woken (Watch), not queued", driver.ErrUnsupported)
+	}
 	n := l.names.get(req.Name)
 	if err := l.checkLock(ctx, n.keys); err != nil {
 		return nil, err

@@ -176,9 +176,13 @@ func (r *redisAdmin) serversFor(ctx context.Context, key string) ([]goredis.Univ
 // residue counts what is on the servers for name besides the holder's
 // lock key and the fence counter: lock keys with another value than the
 // holder's (a Redlock attempt not taken back) and any other key in the
-// name's hash tag.
+// name's hash tag, but for the keys of the semaphore of the same name that
+// hold its permits and its fence (its waiter registry counts, as a lock's
+// grant queue does).
 func (r *redisAdmin) residue(ctx context.Context, name string) (int, error) {
 	k := layout.RedisKeys(r.prefix, name)
+	sk := layout.RedisSemaphoreKeys(r.prefix, name)
+	semKeys := []string{sk.Holders, sk.Tokens, sk.Permits, sk.Fence}
 	servers, err := r.serversFor(ctx, k.Lock)
 	if err != nil {
 		return 0, err
@@ -199,7 +203,7 @@ func (r *redisAdmin) residue(ctx context.Context, name string) (int, error) {
 			return 0, err
 		}
 		for _, key := range keys {
-			if key != k.Lock && key != k.Fence {
+			if key != k.Lock && key != k.Fence && !slices.Contains(semKeys, key) {
 				stray++
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,8 @@ const (
 // Render returns the Markdown table for rows.
 func Render(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| URL | backend / strategy | fencing token | fair | waiters woken by | lease bound to | TTL range | lock freed after a holder crashes |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| URL | backend / strategy | fencing token | fair | waiters woken by | lease bound to | TTL range | lock freed after a holder crashes | semaphores |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		c := r.Caps
 		fence := "no"
@@ -47,8 +48,8 @@ func Render(rows []Row) string {
 				fence += ", survives restarts"
 			}
 		}
-		fmt.Fprintf(&b, "| `%s` | %s / %s | %s | %s | %s | %s | %s | %s |\n",
-			r.URL, c.Backend, c.Strategy, fence, yesNo(c.Fair), c.Wait, bound(c), ttlRange(c), crash(c.ReleaseOnCrash))
+		fmt.Fprintf(&b, "| `%s` | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.URL, c.Backend, c.Strategy, fence, yesNo(c.Fair), c.Wait, bound(c), ttlRange(c), crash(c.ReleaseOnCrash), semaphores(c))
 	}
 	b.WriteString("\nWhat each token is, and each backend's caveats:\n\n")
 	for _, r := range rows {
@@ -60,6 +61,7 @@ func Render(rows []Row) string {
 		b.WriteString(line + "\n")
 	}
 	b.WriteString("\nEvery backend is reentrant for a non-empty `AcquireOptions.Owner` (the portable layer keeps the hold count).\n")
+	b.WriteString("\nThe semaphores column gives the most permits a semaphore may have (`Locker.Semaphore`), how its waiters learn that a permit was freed, and whether they are served in arrival order; a permit is a lease like a lock's, with its own fencing token where the backend has them, and is freed after a crash as the lock is.\n")
 	return b.String()
 }
 
@@ -84,6 +86,35 @@ func human(d time.Duration) string {
 		return fmt.Sprintf("%dd", days)
 	}
 	return fmt.Sprintf("%dd%s", days, rest.Truncate(time.Second))
+}
+
+// semaphores is "up to 1 048 576, queue, fair", or "—" for a backend
+// without them.
+func semaphores(c driver.Capabilities) string {
+	if c.MaxPermits <= 0 {
+		return "—"
+	}
+	s := "up to " + grouped(c.MaxPermits)
+	if c.SemaphoreWait != "" {
+		s += ", " + string(c.SemaphoreWait)
+	}
+	if c.SemaphoreFair {
+		s += ", fair"
+	}
+	return s
+}
+
+// grouped writes n with its digits in groups of three: 1 048 576.
+func grouped(n int) string {
+	s := strconv.Itoa(n)
+	var b strings.Builder
+	for i, d := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
 }
 
 func yesNo(b bool) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/captable"
 	"github.com/dlock-go/dlock/internal/testenv"
 	_ "github.com/dlock-go/dlock/memory"
@@ -80,5 +81,29 @@ func TestREADME(t *testing.T) {
 	}
 	if want != string(doc) {
 		t.Errorf("README.md's capability table differs from the drivers' Capabilities; run\n\tgo test ./internal/captable -run TestREADME -update\nwant:\n%s", table)
+	}
+}
+
+// The semaphore column says what Capabilities declare, and "—" without
+// semaphores.
+func TestSemaphoreColumn(t *testing.T) {
+	row := func(c driver.Capabilities) string {
+		table := captable.Render([]captable.Row{{URL: "x://", Caps: c}})
+		line := strings.Split(table, "\n")[2]
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		return cells[len(cells)-1]
+	}
+	for _, tc := range []struct {
+		caps driver.Capabilities
+		want string
+	}{
+		{driver.Capabilities{}, "—"},
+		{driver.Capabilities{MaxPermits: 1 << 20, SemaphoreWait: driver.WaitQueue, SemaphoreFair: true}, "up to 1 048 576, queue, fair"},
+		{driver.Capabilities{MaxPermits: 100, SemaphoreWait: driver.WaitNotify}, "up to 100, notify"},
+		{driver.Capabilities{MaxPermits: 1000, SemaphoreWait: driver.WaitPoll}, "up to 1 000, poll"},
+	} {
+		if got := row(tc.caps); got != tc.want {
+			t.Errorf("MaxPermits %d, %q, fair %v: %q, want %q", tc.caps.MaxPermits, tc.caps.SemaphoreWait, tc.caps.SemaphoreFair, got, tc.want)
+		}
 	}
 }
