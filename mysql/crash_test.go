@@ -13,3 +13,10 @@ import (
 func TestForUpdateTokenAfterCrash(t *testing.T) {
 	sqltest.TokenAfterCrash(t, testenv.NewMySQL(t, nil))
 }
+
+// TestSemaphoreTokensAfterCrash: a permit granted after a kill -9 of the
+// server has a larger token than one granted before it, on every strategy
+// (sqltest.SemTokensAfterRestart).
+func TestSemaphoreTokensAfterCrash(t *testing.T) {
+	sqltest.SemTokensAfterRestart(t, testenv.NewMySQL(t, nil), "getlock")
+}

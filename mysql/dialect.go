@@ -97,7 +97,15 @@ func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	// that the first forupdate grant moves it on (Recover) above the
 	// old counter's tokens, which a recovery may have moved ahead of the
 	// clock.
-	return append(out, sqllock.S("DELETE FROM "+t.Live+" WHERE @dlock_m < 3"))
+	out = append(out, sqllock.S("DELETE FROM "+t.Live+" WHERE @dlock_m < 3"))
+	// The semaphore table, created on its own (it came later than the
+	// others: its absence says nothing of the counter).
+	return append(out,
+		sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = "+schema+" AND TABLE_NAME = "+literal(name+sqllock.SemSuffix)),
+		sqllock.S("SET @dlock_ddl = IF(@dlock_m < 1, "+literal(createSem(t))+", 'DO 0')"),
+		sqllock.S("PREPARE dlock_ddl FROM @dlock_ddl"),
+		sqllock.S("EXECUTE dlock_ddl"),
+		sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
 }
 
 // Check refuses servers whose token counter is not durable: MySQL before
@@ -163,14 +171,30 @@ func (dialect) EnsureRow(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 }
 
 // lockKey is GET_LOCK's name: the name itself up to 64 characters, else
-// (or when it looks like a hashed key) "dlock#" and 58 hex digits of its
+// (or when it looks like a hashed key, a semaphore's key or a session's
+// marker: it starts with "dlock#" in any case, since some servers compare
+// these names case-insensitively) "dlock#" and 58 hex digits of its
 // SHA-256.
 func lockKey(name string) string {
-	if len([]rune(name)) <= 64 && !strings.HasPrefix(name, "dlock#") {
+	if len([]rune(name)) <= 64 && !dlockPrefixed(name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
 	return "dlock#" + hex.EncodeToString(sum[:])[:58]
+}
+
+// dlockPrefixed reports whether name starts with "dlock#" in any case
+// (Unicode simple folding: "DLOCK#", "Klock#" with a Kelvin sign).
+func dlockPrefixed(name string) bool {
+	const prefix = "dlock#"
+	n := 0
+	for i := range name {
+		if n == len(prefix) {
+			return strings.EqualFold(name[:i], prefix)
+		}
+		n++
+	}
+	return n == len(prefix) && strings.EqualFold(name, prefix)
 }
 
 // session saves and sets the session's timeouts: wait_timeout (the idle
@@ -376,6 +400,9 @@ func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllo
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("ROLLBACK"), restore}
 	}
+	if r.Permits > 0 {
+		return semAbort(t, r)
+	}
 	if r.Missed {
 		return nil // GET_LOCK refused: nothing was changed
 	}
@@ -390,7 +417,7 @@ func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqlloc
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("SELECT TRUE")}
 	}
-	return []sqllock.Stmt{sqllock.S("SELECT IFNULL(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)", lockKey(r.Name))}
+	return []sqllock.Stmt{sqllock.S("SELECT IFNULL(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)", nativeKey(t, r))}
 }
 
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -398,7 +425,16 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// Nothing to keep: a rollback is not flushed.
 		return []sqllock.Stmt{sqllock.S("ROLLBACK"), leaseRestore}
 	}
-	return []sqllock.Stmt{restoreWait, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", lockKey(r.Name))}
+	return []sqllock.Stmt{restoreWait, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", nativeKey(t, r))}
+}
+
+// nativeKey is the GET_LOCK key a getlock lease holds: its lock's, or its
+// semaphore slot's.
+func nativeKey(t sqllock.Table, r sqllock.Req) string {
+	if r.Permits > 0 {
+		return semKey(semBase(t, r.Name), r.Slot)
+	}
+	return lockKey(r.Name)
 }
 
 // VersionAcquire takes the lease in one autocommitted UPDATE, which

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -33,4 +34,28 @@ func FuzzTimeouts(f *testing.F) {
 			t.Fatalf("GET_LOCK timeout for %v: %v", ttl, gl)
 		}
 	})
+}
+
+// TestKeySpaces: a lock's GET_LOCK key is never a semaphore slot's key
+// nor a session's marker, in any case (some servers compare the names
+// case-insensitively): a name that starts with "dlock#" in any case is
+// hashed to "dlock#" and 58 hex digits, and a semaphore's key has an 's'
+// where those have a hex digit.
+func TestKeySpaces(t *testing.T) {
+	t.Parallel()
+	sem := semKey(semBase(sqllock.Table{Raw: "t"}, "x"), 3)
+	if len(sem) != 64 || sem[:7] != "dlock#s" {
+		t.Fatalf("semaphore key %q: want dlock#s and 57 hex digits", sem)
+	}
+	for _, name := range []string{sem, strings.ToUpper(sem), "DLOCK#" + sem[6:], "dLoCk#" + sem[6:], "Dlock#conn#0123", "dlock#", "DLOCK#"} {
+		k := lockKey(name)
+		if k == name || len(k) != 64 || k[:6] != "dlock#" || strings.Trim(k[6:], "0123456789abcdef") != "" {
+			t.Errorf("lock %q has key %q: want it hashed to dlock# and 58 hex digits", name, k)
+		}
+	}
+	for _, name := range []string{"dlock", "xdlock#s", "orders/42", "dlöck#s"} {
+		if k := lockKey(name); k != name {
+			t.Errorf("lock %q has key %q: want the name itself", name, k)
+		}
+	}
 }

@@ -157,6 +157,48 @@
 // pending user-level locks). Only version knows the lease's remaining
 // TTL.
 //
+// # Semaphores
+//
+// Every strategy has counting semaphores (Locker.Semaphore, up to 1000
+// permits, the default depth of MySQL's recursive queries:
+// Capabilities.MaxPermits). A semaphore lives in the table <table>_sem
+// beside the lock table (created with it by migrate; claimed with it for
+// one strategy), so the semaphore "x" and the lock "x" never meet: a
+// header row (slot 0) stores the number of permits N, and slot rows 1 to
+// N are the permits.
+//
+//   - forupdate: a permit is a slot row locked FOR UPDATE SKIP LOCKED in a
+//     transaction kept open on a pinned connection, with the header row
+//     locked in share mode; it is freed with the connection, as a lock is.
+//     Its token is the counter's (<table>_fence), as a lock's.
+//   - getlock: a permit is one of N GET_LOCK keys, "dlock#s" and 57 hex
+//     digits of a hash of (table, name, slot), which no lock's key can be
+//     (a lock name starting with "dlock#", in any case, is hashed to
+//     "dlock#" and 58 hex digits). An attempt holds the header's key for
+//     its duration (GET_LOCK has no shared mode: attempts of a name take
+//     turns, each waiting a second at most), picks a free slot's key at
+//     random and takes it with GET_LOCK(…, 0). Freed with the connection.
+//   - version: a permit is a slot row leased by the server's clock (owner,
+//     token, expiry), taken when free or expired under the header's row
+//     lock; a crashed holder's permit comes back after its TTL.
+//
+// getlock's and version's tokens are the header's fence, moved on (one
+// more, or the server's clock in microseconds if larger) in the grant's
+// committed statement, as their locks' row fence is: they strictly
+// increase across all the permits of a name, and after a restart of the
+// server. The server cannot queue "any of N", nor notify: waiters poll
+// (Capabilities.SemaphoreWait is poll, from 2ms to 100ms apart, or when
+// version's first lease ends). None is fair.
+//
+// N is stored in the header. An attempt naming another N changes it only
+// when no permit is held (forupdate: no session holds the header in share
+// mode, tried with FOR UPDATE NOWAIT; getlock: none of the stored N keys
+// is held, checked under the header's key; version: no slot's lease is in
+// force, read under the header's row lock); otherwise it fails with
+// ErrInvalidOption and changes nothing. Slot rows beyond the stored N are
+// never taken. With migrate=false, create <table>_sem as migrate does
+// (see Migrate in dialect.go) to use semaphores.
+//
 // # Tables
 //
 // One table serves one strategy: a row lock, a lease row and a GET_LOCK

@@ -154,3 +154,7 @@ func TestRecreatedCounter(t *testing.T) {
 		})
 	})
 }
+
+func TestSemaphores(t *testing.T) {
+	sqltest.Semaphores(t, testenv.MySQL(t).URL, "getlock")
+}

@@ -26,7 +26,8 @@ var countedNet = struct {
 
 // TestRoundTrips: an uncontended TryAcquire and Release of a pinned
 // strategy cost one round trip each (one multi-statement each way),
-// after the first use of a connection (which learns its session).
+// after the first use of a connection (which learns its session); so do
+// a semaphore's permit's on every strategy.
 func TestRoundTrips(t *testing.T) {
 	countedNet.once.Do(func() {
 		gomysql.RegisterDialContext("dlockcounted", func(ctx context.Context, addr string) (net.Conn, error) {
@@ -106,6 +107,17 @@ func TestRoundTrips(t *testing.T) {
 			if rt > 2 {
 				t.Errorf("%s: %.2f round trips per TryAcquire+Release, want 2", s, rt)
 			}
+		})
+	}
+	// A permit costs what a lock costs, on every strategy.
+	for _, s := range sqltest.Strategies("getlock") {
+		t.Run("semaphore/"+s, func(t *testing.T) {
+			l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: s, MultiStatements: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			sqltest.SemRoundTrips(t, l, countedNet.f)
 		})
 	}
 }

@@ -15,3 +15,11 @@ func TestForUpdateTokenAfterCrash(t *testing.T) {
 	srv := testenv.NewPostgres(t, &testenv.PGOptions{Durable: true, Config: []string{"wal_writer_delay=10s", "wal_writer_flush_after=0"}})
 	sqltest.TokenAfterCrash(t, srv)
 }
+
+// TestSemaphoreTokensAfterCrash: a permit granted after a kill -9 of the
+// server has a larger token than one granted before it, on every strategy
+// (sqltest.SemTokensAfterRestart).
+func TestSemaphoreTokensAfterCrash(t *testing.T) {
+	srv := testenv.NewPostgres(t, &testenv.PGOptions{Durable: true, Config: []string{"wal_writer_delay=10s", "wal_writer_flush_after=0"}})
+	sqltest.SemTokensAfterRestart(t, srv, "advisory")
+}

@@ -75,6 +75,7 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 		sqllock.S(addWaitersUntil(t)),
 		sqllock.S("CREATE UNLOGGED TABLE IF NOT EXISTS " + t.Live + " (since timestamptz NOT NULL DEFAULT now())"),
 		sqllock.S(createSeq(t)),
+		sqllock.S(createSem(t)),
 		sqllock.S("COMMIT"),
 	}
 }
@@ -303,6 +304,9 @@ func (dialect) FencingNote(s sqllock.Strategy, t sqllock.Table) string {
 }
 
 func (dialect) Abort(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if r.Permits > 0 {
+		return semAbort(s, r)
+	}
 	if s == sqllock.ForUpdate {
 		return []sqllock.Stmt{sqllock.S("ROLLBACK")}
 	}
@@ -319,6 +323,9 @@ func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqlloc
 }
 
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	if r.Permits > 0 {
+		return semUnlock(s, t, r)
+	}
 	if s == sqllock.ForUpdate {
 		// Nothing to keep: a rollback is not flushed.
 		return []sqllock.Stmt{sqllock.S("ROLLBACK")}

@@ -139,6 +139,46 @@
 // Only version knows the lease's remaining TTL; a pinned lease lasts as
 // long as its holder's keep-alive.
 //
+// # Semaphores
+//
+// Every strategy has counting semaphores (Locker.Semaphore, up to 1000
+// permits: Capabilities.MaxPermits). A semaphore lives in the table
+// <table>_sem beside the lock table (created with it by migrate; claimed
+// with it for one strategy), so the semaphore "x" and the lock "x" never
+// meet: a header row (slot 0) stores the number of permits N, and slot
+// rows 1 to N are the permits.
+//
+//   - forupdate: a permit is a slot row locked FOR UPDATE SKIP LOCKED in a
+//     transaction kept open on a pinned connection, with the header row
+//     locked FOR SHARE; it is freed with the connection, as a lock is.
+//   - advisory: a permit is one of N advisory locks, taken with
+//     pg_try_advisory_lock on a pinned connection that holds the header's
+//     key shared. The keys are the two-int4 form (int4, int4) of a 64-bit
+//     hash of (table, name, slot): a key space apart from the locks'
+//     bigint keys, so no semaphore's key is a lock's.
+//   - version: a permit is a slot row leased by the server's clock (owner,
+//     token, expiry), taken when free or expired; a crashed holder's permit
+//     comes back after its TTL.
+//
+// The server cannot queue "any of N", but it can notify: on every
+// strategy the release of a permit NOTIFYs the table's channel (after the
+// rollback, on forupdate), which the semaphore's waiters LISTEN to, as
+// version's lock waiters do (Capabilities.SemaphoreWait is notify). A
+// permit freed by its holder's crash notifies nobody: the waiters' fallback
+// timer (50ms, growing to 1s) finds it. None is fair. Tokens come from the
+// sequence <table>_fence, as the strategy's lock tokens do (forupdate's
+// with the same crash marker): they strictly increase across all the
+// permits of a name, and after a crash of the server.
+//
+// N is stored in the header. An attempt naming another N changes it only
+// when no permit is held (forupdate: no session holds the header FOR
+// SHARE, tried with FOR UPDATE NOWAIT; advisory: the header's key is free
+// for an exclusive try; version: no slot's lease is in force, read under
+// the header's row lock); otherwise it fails with ErrInvalidOption and
+// changes nothing. Slot rows beyond the stored N are never taken. With
+// migrate=false, create <table>_sem as migrate does (see Migrate in
+// dialect.go) to use semaphores.
+//
 // # Tables
 //
 // One table serves one strategy: a row lock, a lease row and an advisory

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/sqllock"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
@@ -245,4 +246,63 @@ func watchAndFail(t *testing.T, ctx context.Context, l *dlock.Locker, name strin
 		t.Fatalf("the waiter's attempt at a held name: %v, want ErrNotAcquired", err)
 	}
 	return wake
+}
+
+// TestSemaphoreWake: on every strategy, the release of a permit notifies
+// the table's channel with the semaphore's wake-up key, which wakes its
+// watcher through the driver's Watch alone (no poll can stand in for it
+// here), and not the watcher of the lock of the same name (on the pinned
+// strategies, whose locks wait in the server's queue, a lock's watch is
+// a closed channel: poll).
+func TestSemaphoreWake(t *testing.T) {
+	srv := testenv.Postgres(t)
+	for _, strategy := range sqltest.Strategies("advisory") {
+		t.Run(strategy, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			url := sqltest.WithParams(srv.URL, "strategy", strategy)
+			holder, waiter := sqltest.Open(t, ctx, url), sqltest.Open(t, ctx, url)
+			name := fmt.Sprintf("semwake/%d", time.Now().UnixNano())
+			s, err := holder.Semaphore(name, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := s.TryAcquire(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lis := listenTo(t, ctx, srv.DSN, holder)
+			w := waiter.Driver().(driver.Watcher)
+			semWake, stop, err := w.Watch(ctx, driver.Request{Name: name, Permits: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			var lockWake <-chan struct{}
+			if strategy == "version" {
+				wake, stopLock, err := w.Watch(ctx, driver.Request{Name: name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer stopLock()
+				lockWake = wake
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if payload, ok := notified(t, ctx, lis, 10*time.Second); !ok || payload != sqllock.SemWakeKey(name) {
+				t.Fatalf("notification after the release: %q, %v; want %q", payload, ok, sqllock.SemWakeKey(name))
+			}
+			select {
+			case <-semWake:
+			case <-ctx.Done():
+				t.Fatal("the semaphore's watcher was not woken by the release")
+			}
+			select {
+			case <-lockWake:
+				t.Fatal("the lock's watcher was woken by a permit's release")
+			default:
+			}
+		})
+	}
 }

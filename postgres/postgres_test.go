@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/conformance"
 	"github.com/dlock-go/dlock/internal/backendtest"
+	"github.com/dlock-go/dlock/internal/sqllock"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/postgres"
@@ -150,4 +151,44 @@ func TestRecreatedCounter(t *testing.T) {
 			return err
 		})
 	})
+}
+
+func TestSemaphores(t *testing.T) {
+	sqltest.Semaphores(t, testenv.Postgres(t).URL, "advisory")
+}
+
+// TestSemaphoreAdvisoryKeys: an advisory permit's session holds two
+// advisory locks of the two-int4 form (pg_locks.objsubid 2), a key space
+// apart from the locks' bigint keys (objsubid 1): the header's key shared
+// and its slot's exclusively; its release frees both.
+func TestSemaphoreAdvisoryKeys(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx := t.Context()
+	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "advisory"))
+	s, err := l.Semaphore("keys", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.TryAcquire(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sqltest.Core(l).Sessions()[0]
+	count := func() (modes string) {
+		t.Helper()
+		found, err := sqltest.Exec(ctx, l, []sqllock.Stmt{sqllock.S("SELECT coalesce(string_agg(objsubid || ' ' || mode, ', ' ORDER BY mode), '') FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted", pid)}, &modes)
+		if err != nil || !found {
+			t.Fatalf("pg_locks: %v, %v", found, err)
+		}
+		return modes
+	}
+	if got, want := count(), "2 ExclusiveLock, 2 ShareLock"; got != want {
+		t.Fatalf("the permit's session holds %q, want %q", got, want)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != "" {
+		t.Fatalf("after the release the session holds %q, want nothing", got)
+	}
 }

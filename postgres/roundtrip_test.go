@@ -101,3 +101,14 @@ func TestRoundTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestSemaphoreRoundTrips: a permit costs what a lock costs, on every
+// strategy (sqltest.SemRoundTrips).
+func TestSemaphoreRoundTrips(t *testing.T) {
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			l, f := countedLocker(t, s)
+			sqltest.SemRoundTrips(t, l, f)
+		})
+	}
+}

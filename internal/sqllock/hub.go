@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -225,7 +226,9 @@ func (h *hub) renew(ctx context.Context, renewed chan struct{}) {
 		h.mu.Lock()
 		names := make([]string, 0, len(h.subs))
 		for n := range h.subs {
-			names = append(names, n)
+			if !strings.HasPrefix(n, semWakePrefix) { // semaphores' releases always notify
+				names = append(names, n)
+			}
 		}
 		for n := range h.until {
 			if h.subs[n] == nil {

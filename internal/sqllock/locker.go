@@ -53,17 +53,25 @@ var (
 	_ driver.NameValidator = (*Locker)(nil)
 	_ driver.Blocker       = blocking{}
 	_ driver.Watcher       = watching{}
+	_ driver.Blocker       = blockingWatching{}
+	_ driver.Watcher       = blockingWatching{}
 
 	// Tests reach the core of any driver New returns through Core.
 	_ interface{ Core() *Locker } = blocking{}
 	_ interface{ Core() *Locker } = watching{}
+	_ interface{ Core() *Locker } = blockingWatching{}
 )
 
 // blocking is a pinned-strategy Locker: the server's lock queue is the wait.
 type blocking struct{ *Locker }
 
 // Acquire waits in the server's lock queue until granted or ctx ends.
+// Semaphores are not queued (SemaphoreWait is WaitPoll): a semaphore's
+// request makes one attempt.
 func (b blocking) Acquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if req.Permits > 0 {
+		return b.acquireSem(ctx, req)
+	}
 	return b.acquirePinned(ctx, req, true)
 }
 
@@ -75,7 +83,30 @@ func (w watching) Watch(ctx context.Context, req driver.Request) (<-chan struct{
 	if err := w.ensure(ctx); err != nil { // the channel is named after the resolved table
 		return nil, nil, ctxErr(ctx, err)
 	}
+	if req.Permits > 0 {
+		return w.hub.watch(ctx, SemWakeKey(req.Name))
+	}
 	return w.hub.watch(ctx, req.Name)
+}
+
+// blockingWatching is a pinned-strategy Locker whose semaphores' waiters
+// LISTEN for the release of a permit (a Notifier pool): locks wait in the
+// server's queue, permits are woken.
+type blockingWatching struct{ blocking }
+
+// Watch registers interest in the releases of permits of req.Name. A
+// lock is never watched (it waits in the server's queue): its channel is
+// closed, which makes a caller poll.
+func (w blockingWatching) Watch(ctx context.Context, req driver.Request) (<-chan struct{}, func(), error) {
+	if req.Permits == 0 {
+		ch := make(chan struct{})
+		close(ch)
+		return ch, func() {}, nil
+	}
+	if err := w.ensure(ctx); err != nil {
+		return nil, nil, ctxErr(ctx, err)
+	}
+	return w.hub.watch(ctx, SemWakeKey(req.Name))
 }
 
 // New returns the driver for cfg.
@@ -101,6 +132,9 @@ func newLocker(cfg Config) *Locker {
 			}
 		}
 		l.hub = newHub(n, l.t.Channel, register)
+	} else if ok && l.caps.MaxPermits > 0 {
+		// The pinned strategies' permits: their releases notify.
+		l.hub = newHub(n, l.t.Channel, nil)
 	}
 	return l
 }
@@ -109,6 +143,8 @@ func newLocker(cfg Config) *Locker {
 // the pinned strategies, a Watcher when releases are notified.
 func (l *Locker) wrapped() driver.Locker {
 	switch {
+	case (l.strategy == ForUpdate || l.strategy == Native) && l.hub != nil:
+		return blockingWatching{blocking{l}}
 	case l.strategy == ForUpdate, l.strategy == Native:
 		return blocking{l}
 	case l.hub != nil:
@@ -152,6 +188,17 @@ func capabilities(cfg Config) driver.Capabilities {
 		}
 		c.ReleaseOnCrash = driver.ReleaseAfterTTL
 		c.Notes = joinNotes(c.Notes, versionNote)
+	}
+	if sd, ok := cfg.Dialect.(SemDialect); ok {
+		if c.MaxPermits = sd.SemMaxPermits(cfg.Strategy); c.MaxPermits > 0 {
+			// The server cannot queue "any of N": waiters are woken by
+			// the releases' notifications where the database has them,
+			// and poll otherwise.
+			c.SemaphoreWait = driver.WaitPoll
+			if _, ok := cfg.Pool.(Notifier); ok {
+				c.SemaphoreWait = driver.WaitNotify
+			}
+		}
 	}
 	if n, ok := cfg.Dialect.(FencingNoter); ok {
 		if note := n.FencingNote(cfg.Strategy, cfg.Table); note != "" {
@@ -292,6 +339,9 @@ func (l *Locker) ensure(ctx context.Context) error {
 
 // TryAcquire makes one attempt.
 func (l *Locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	if req.Permits > 0 {
+		return l.acquireSem(ctx, req)
+	}
 	if l.strategy == Version {
 		return l.acquireVersion(ctx, req)
 	}

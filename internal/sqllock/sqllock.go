@@ -21,6 +21,11 @@
 //   - Version: an optimistic lease row whose expiry is computed by the
 //     server's clock; no connection is pinned.
 //
+// Every strategy has counting semaphores too (driver.Request.Permits),
+// in a table of their own beside the lock table: a header row storing the
+// number of permits and a slot row (or a session lock) per permit; see
+// SemDialect.
+//
 // Every strategy can be inspected (Locker.Inspect, dlock status) through
 // the dialect's Inspect: the holder's session as the server shows it, what
 // the grant recorded where other sessions can read it (the row, a
@@ -188,6 +193,10 @@ type Req struct {
 	// Missed: Abort follows a Lock that returned no row without an error
 	// (not granted; for ForUpdate, no row for the name).
 	Missed bool
+	// Permits is the semaphore's number of permits (0: a lock).
+	Permits int
+	// Slot is the slot a semaphore's pinned permit holds (1 to Permits).
+	Slot int
 	// Nonce identifies one version attempt: VersionAcquire stores it in
 	// the row (column session), so that VersionAbort can free a grant
 	// whose reply was lost.
@@ -317,6 +326,8 @@ type Table struct {
 	Seq string
 	// Live is the quoted volatile marker next to it (Dialect.Recover).
 	Live string
+	// Sem is the quoted semaphore table next to it (SemDialect).
+	Sem string
 	// Channel is the notification channel of the table's releases.
 	Channel string
 }
@@ -339,6 +350,7 @@ func Canonical(d Dialect, t Table, schema, name string) Table {
 	t.Q = d.Quote(schema) + "." + d.Quote(name)
 	t.Seq = d.Quote(schema) + "." + d.Quote(name+SeqSuffix)
 	t.Live = d.Quote(schema) + "." + d.Quote(name+LiveSuffix)
+	t.Sem = d.Quote(schema) + "." + d.Quote(name+SemSuffix)
 	t.Channel = "dlock_" + hex.EncodeToString(sum[:8])
 	return t
 }
@@ -394,6 +406,7 @@ func ParseTable(d Dialect, raw string) (Table, error) {
 	}
 	seq := append([]string(nil), q[:len(q)-1]...)
 	live := append(seq[:len(seq):len(seq)], d.Quote(parts[len(parts)-1]+LiveSuffix))
+	sem := append(seq[:len(seq):len(seq)], d.Quote(parts[len(parts)-1]+SemSuffix))
 	seq = append(seq, d.Quote(parts[len(parts)-1]+SeqSuffix))
 	sum := sha256.Sum256([]byte(raw))
 	return Table{
@@ -401,6 +414,7 @@ func ParseTable(d Dialect, raw string) (Table, error) {
 		Q:       strings.Join(q, "."),
 		Seq:     strings.Join(seq, "."),
 		Live:    strings.Join(live, "."),
+		Sem:     strings.Join(sem, "."),
 		Channel: "dlock_" + hex.EncodeToString(sum[:8]),
 	}, nil
 }

@@ -85,6 +85,8 @@ const versionAbortAgain = 100 * time.Millisecond
 type versionLease struct {
 	l *Locker
 	r Req
+	// sem is set for a semaphore's slot.
+	sem SemDialect
 }
 
 func (v *versionLease) Token() uint64         { return uint64(v.r.Token) }
@@ -94,6 +96,9 @@ func (v *versionLease) Lost() <-chan struct{} { return nil }
 func (v *versionLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	r := v.r
 	r.TTL = ttl
+	if v.sem != nil {
+		return v.cond(ctx, "refresh", v.sem.SemVersionRefresh(v.l.t, r))
+	}
 	return v.cond(ctx, "refresh", v.l.d.VersionRefresh(v.l.t, r))
 }
 
@@ -101,6 +106,9 @@ func (v *versionLease) Refresh(ctx context.Context, ttl time.Duration) error {
 func (v *versionLease) Release(ctx context.Context) error {
 	r := v.r
 	r.Channel = v.l.t.Channel
+	if v.sem != nil {
+		return v.cond(ctx, "release", v.sem.SemVersionRelease(v.l.t, r))
+	}
 	return v.cond(ctx, "release", v.l.d.VersionRelease(v.l.t, r))
 }
 
