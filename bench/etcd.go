@@ -156,8 +156,23 @@ func (f *etcdFloor) revokeLater(id clientv3.LeaseID) {
 	}
 }
 
+// grant grants a lease of the floor's TTL. It is not cancelled by ctx:
+// a grant cancelled in flight may be made on the server with its ID never
+// learnt, a lease nobody revokes. A ctx that ended meanwhile revokes it
+// and returns ctx's error.
+func (f *etcdFloor) grant(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), etcdRevokeTimeout)
+	defer cancel()
+	g, err := f.cli.Grant(gctx, f.ttl)
+	if err == nil && ctx.Err() != nil {
+		f.revokeLater(g.ID)
+		return nil, ctx.Err()
+	}
+	return g, err
+}
+
 func (f *etcdFloor) tryAcquire(ctx context.Context, name string) (Held, bool, error) {
-	g, err := f.cli.Grant(ctx, f.ttl)
+	g, err := f.grant(ctx)
 	if err != nil {
 		return nil, false, err
 	}

@@ -39,7 +39,7 @@ func openEtcdSemFloor(ctx context.Context, serverURL string, permits int) (Clien
 const etcdCleanupTimeout = 5 * time.Second
 
 func (f *etcdSemFloor) Acquire(ctx context.Context, name string) (Held, error) {
-	g, err := f.cli.Grant(ctx, f.ttl)
+	g, err := f.grant(ctx)
 	if err != nil {
 		return nil, err
 	}
