@@ -42,7 +42,11 @@ func OpenLocker(cli *clientv3.Client, opts *Options) (*dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dlock.NewLocker(newLocker(cli, false, prefix)), nil
+	var obs dlock.Observer
+	if opts != nil {
+		obs = opts.Observer
+	}
+	return dlock.NewLockerWith(newLocker(cli, false, prefix), &dlock.Options{Observer: obs}), nil
 }
 
 // locker is the driver.Locker of one etcd client.

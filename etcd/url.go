@@ -47,6 +47,8 @@ type Options struct {
 	// ("/a" and "/a/b") can see each other's keys: give each application a
 	// prefix of its own.
 	Prefix string
+	// Observer sees the Locker's events (dlock.Options.Observer).
+	Observer dlock.Observer
 }
 
 func (o *Options) prefix() (string, error) {
