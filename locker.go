@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -40,7 +39,6 @@ type Locker struct {
 	watcher   driver.Watcher
 	inspector driver.Inspector
 	obs       Observer      // nil: nothing observed (observe.go)
-	ids       atomic.Uint64 // the last acquisition's Event.ID
 	born      time.Time     // the clock of hold.granted
 
 	mu     sync.Mutex

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -115,8 +116,8 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	// ID ties the steps of one acquisition and of the lease it granted
-	// together (unique within the Locker; zero for EventClosed and
-	// EventClientLog).
+	// together (unique in the process, across Lockers; zero for
+	// EventClosed and EventClientLog).
 	ID uint64
 	// Name is the lock's or semaphore's name.
 	Name string
@@ -200,6 +201,10 @@ func (l *Locker) event(kind EventKind, id uint64, name string, permits int) Even
 	return Event{Kind: kind, ID: id, Name: name, Permits: permits, Backend: l.caps.Backend, Strategy: l.caps.Strategy}
 }
 
+// eventIDs numbers acquisitions across the process, so that an Observer
+// shared by several Lockers can tell their events apart by ID.
+var eventIDs atomic.Uint64
+
 // trace identifies an acquisition to the Observer: its Event.ID and when
 // it started (the zero trace when nothing is observed).
 type trace struct {
@@ -210,7 +215,7 @@ type trace struct {
 // acquireObserved is acquireChecked between EventAttempt and its
 // EventGranted or EventNotAcquired. l.obs is not nil.
 func (l *Locker) acquireObserved(ctx context.Context, op, name string, permits int, opts *AcquireOptions, wait bool) (*Lease, error) {
-	t := trace{id: l.ids.Add(1), start: time.Now()}
+	t := trace{id: eventIDs.Add(1), start: time.Now()}
 	e := l.event(EventAttempt, t.id, name, permits)
 	e.Wait = wait
 	l.obs.Observe(ctx, e)
