@@ -240,11 +240,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		h.end(prior)
 		_ = h.releaseDriver(ctx)
 		h.ungate()
-		err := fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, prior)
-		if h.l.obs != nil {
-			h.observe(EventReleased, h.held(), err)
-		}
-		return err
+		return fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, prior)
 	}
 	h.end(ErrReleased)
 	err := h.releaseDriver(ctx)

@@ -78,8 +78,10 @@ const (
 	EventLost
 	// EventReleased: the lease ended by Release, or by Close (Err wraps
 	// ErrClosed then). Elapsed is how long it was held. Err is nil when
-	// the backend freed it, else the release's error (a lease lost before
-	// its Release has had its EventLost).
+	// the backend freed it, else the release's error (wrapping ErrNotHeld
+	// when the backend no longer held it). Every lease ends with exactly
+	// one EventLost or EventReleased: the Release of a lease already lost
+	// reports nothing more.
 	EventReleased
 	// EventClosed: the Locker was closed (Err: the driver's Close error).
 	EventClosed
