@@ -38,8 +38,8 @@ type Locker struct {
 	blocker   driver.Blocker
 	watcher   driver.Watcher
 	inspector driver.Inspector
-	obs       Observer      // nil: nothing observed (observe.go)
-	born      time.Time     // the clock of hold.granted
+	obs       Observer  // nil: nothing observed (observe.go)
+	born      time.Time // the clock of hold.granted
 
 	mu     sync.Mutex
 	closed bool
