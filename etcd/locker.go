@@ -52,7 +52,8 @@ func OpenLocker(cli *clientv3.Client, opts *Options) (*dlock.Locker, error) {
 // locker is the driver.Locker of one etcd client.
 type locker struct {
 	cli    *clientv3.Client
-	own    bool // Close closes cli
+	own    bool              // Close closes cli
+	clog   *driver.ClientLog // cli's logger, when opened from a URL
 	prefix string
 
 	// closing ends with Close: every call in flight is cancelled through
