@@ -51,8 +51,11 @@ const (
 	// were valid and the Locker open). Every attempt ends with exactly one
 	// EventGranted or EventNotAcquired of the same ID.
 	EventAttempt EventKind = iota + 1
-	// EventWait: the first try found the lock taken and the Acquire waits
-	// (in the backend's queue, for a wake-up, or polling).
+	// EventWait: the first try found the lock taken and the Acquire now
+	// waits for the backend's wake-up or polls. On a backend that queues
+	// waiters itself (Capabilities.Wait is WaitQueue: the wait is one call
+	// of the driver) there is no EventWait or EventWake: the wait shows in
+	// EventGranted's Elapsed.
 	EventWait
 	// EventWake: a waiting Acquire was woken (Woken: by the backend's
 	// release signal; else by its backoff timer) and tries again.
