@@ -175,8 +175,9 @@ func (e Event) Outcome() string {
 }
 
 // OpenWith is Open with options: opts.Observer sees the Locker's events
-// from the start, and the lines the backend's client library logs (which
-// Open and OpenWith never let through to stderr).
+// from the start, and the lines the client library of a driver that
+// implements driver.ClientLogger logs (without an Observer they are
+// dropped, never written to stderr).
 func OpenWith(ctx context.Context, rawURL string, opts *Options) (*Locker, error) {
 	drv, err := openDriver(ctx, rawURL)
 	if err != nil {

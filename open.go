@@ -59,8 +59,10 @@ func Schemes() []string {
 // the scheme). Unknown URL parameters are an error. The URL's password
 // never appears in a returned error.
 //
-// The lines the backend's client library logs are dropped (OpenWith with
-// an Observer receives them as EventClientLog).
+// The lines the backend's client library logs about the client Open made
+// are dropped (OpenWith with an Observer receives them as EventClientLog);
+// go-redis, whose logger is one for the whole process, is the exception
+// (see the package doc, # Observing).
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
 	return OpenWith(ctx, rawURL, nil)
 }
