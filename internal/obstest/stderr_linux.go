@@ -28,15 +28,13 @@ func CaptureStderr(t testing.TB, f func()) string {
 		b, _ := io.ReadAll(r)
 		out <- string(b)
 	}()
-	defer func() {
-		if err := syscall.Dup3(saved, 2, 0); err != nil {
-			t.Error(err)
-		}
-		syscall.Close(saved)
-	}()
 	func() {
+		// Restored even when f fails the test (runtime.Goexit).
 		defer func() {
-			_ = syscall.Dup3(saved, 2, 0)
+			if err := syscall.Dup3(saved, 2, 0); err != nil {
+				t.Error(err)
+			}
+			syscall.Close(saved)
 			w.Close()
 		}()
 		f()
