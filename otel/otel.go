@@ -74,8 +74,11 @@ type Observer struct {
 	grants, lost, refreshErr metric.Int64Counter
 
 	acquires sync.Map // Event.ID → trace.Span of an acquisition in flight
-	leases   sync.Map // Event.ID → trace.Span of a live lease
+	leases   sync.Map // Event.ID → trace.Span of a live lease, or ended{}
 }
+
+// ended marks a lease whose end was observed before its grant.
+type ended struct{}
 
 var _ dlock.Observer = (*Observer)(nil)
 
@@ -177,7 +180,9 @@ func (o *Observer) Observe(ctx context.Context, e dlock.Event) {
 		}
 		span := v.(trace.Span)
 		span.SetAttributes(attribute.Int64("dlock.token", int64(e.Token)), attribute.Bool("dlock.reentrant", e.Reentrant))
-		if !e.Reentrant {
+		// A lease lost in the instant between its grant and this event
+		// has ended already (its end left a marker): no span for it.
+		if _, gone := o.leases.LoadAndDelete(e.ID); !e.Reentrant && !gone {
 			_, lease := o.tracer.Start(trace.ContextWithSpan(ctx, span), "dlock.lease", o.spanAttrs(e),
 				trace.WithAttributes(attribute.Int64("dlock.token", int64(e.Token))))
 			o.leases.Store(e.ID, lease)
@@ -211,6 +216,9 @@ func (o *Observer) Observe(ctx context.Context, e dlock.Event) {
 		}
 		v, ok := o.leases.LoadAndDelete(e.ID)
 		if !ok {
+			// Ended before its EventGranted was observed: leave a marker
+			// for it (a lease's grant is always observed).
+			o.leases.Store(e.ID, ended{})
 			return
 		}
 		span := v.(trace.Span)
