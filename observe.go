@@ -32,6 +32,9 @@ func (o *Options) observer() Observer {
 // Release's caller), possibly from many goroutines at once: it must be safe
 // for concurrent use, quick, and must not call the Locker.
 //
+// A lease's Done channel closes before its EventLost is observed: the
+// holder hears of the loss first.
+//
 // ctx is the caller's context for the steps of an acquisition (an adapter
 // may take its trace from it) and context.Background() for the others.
 // Events carry the lock's name and errors, never a URL or a password.

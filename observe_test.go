@@ -103,8 +103,7 @@ func TestObserverLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.Revoke("obs/revoked")
-	<-ls.Done()
-	lost := rec.Events(dlock.EventLost)
+	lost := rec.WaitFor(t, dlock.EventLost, 1)
 	if len(lost) != 1 || !errors.Is(lost[0].Err, dlock.ErrLockLost) || lost[0].Margin < 50*time.Second || lost[0].Token != ls.Token() || lost[0].Outcome() != "lost" {
 		t.Fatalf("lost events = %+v", lost)
 	}
@@ -119,8 +118,7 @@ func TestObserverLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ls.Done()
-	lost = rec.Events(dlock.EventLost)
+	lost = rec.WaitFor(t, dlock.EventLost, 2)
 	if len(lost) != 2 || lost[1].Name != "obs/expired" || lost[1].Margin > 0 || lost[1].Elapsed < 15*time.Millisecond {
 		t.Fatalf("lost events = %+v", lost)
 	}

@@ -45,6 +45,20 @@ func logLines(t *testing.T, ns *memory.Namespace, level slog.Level) (*dlock.Lock
 	}
 }
 
+// waitLine waits until a line has the message msg (a lease's Done closes
+// before its loss is observed), or fails after 10s.
+func waitLine(t *testing.T, lines func() []map[string]any, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for _, l := range lines() {
+			if l["msg"] == msg {
+				return
+			}
+		}
+	}
+	t.Fatalf("no %q line after 10s: %v", msg, lines())
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
@@ -67,7 +81,7 @@ func TestSlogObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.Revoke("slog/b")
-	<-ls.Done()
+	waitLine(t, lines, "dlock: lost")
 	l.Close()
 
 	type want struct{ msg, level string }
@@ -106,7 +120,7 @@ func TestSlogObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.Revoke("slog/d")
-	<-ls.Done()
+	waitLine(t, lines, "dlock: lost")
 	if got := lines(); len(got) != 1 || got[0]["msg"] != "dlock: lost" {
 		t.Errorf("lines at Warn = %v, want the loss alone", got)
 	}

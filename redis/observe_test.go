@@ -68,7 +68,7 @@ func TestObserverServerError(t *testing.T) {
 	if len(failed) == 0 || !strings.Contains(failed[0].Err.Error(), "NOPERM") || failed[0].Outcome() != "error" || failed[0].Backend != "redis" {
 		t.Fatalf("failed refreshes = %+v, want the server's NOPERM error", failed)
 	}
-	lost := rec.Events(dlock.EventLost)
+	lost := rec.WaitFor(t, dlock.EventLost, 1)
 	if len(lost) != 1 || lost[0].Name != "obs/oom" || lost[0].Margin > 0 {
 		t.Errorf("lost events = %+v, want one, at the deadline", lost)
 	}

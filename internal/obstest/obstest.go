@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -69,4 +71,21 @@ func contains(kinds []dlock.EventKind, k dlock.EventKind) bool {
 		}
 	}
 	return false
+}
+
+// WaitFor waits until n events of kind have been recorded, or fails the
+// test after 10s. (A lease's Done closes before its EventLost is
+// observed: the loss signal comes first.)
+func (r *Recorder) WaitFor(t testing.TB, kind dlock.EventKind, n int) []dlock.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := r.Events(kind); len(got) >= n || time.Now().After(deadline) {
+			if len(got) < n {
+				t.Fatalf("%d %v events after 10s, want %d; all events: %+v", len(got), kind, n, r.Events())
+			}
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
