@@ -10,7 +10,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/obstest"
@@ -95,13 +94,55 @@ func TestClientLog(t *testing.T) {
 	}
 	rec := &obstest.Recorder{}
 	goredis.SetLogger(redis.ClientLog(rec))
-	t.Cleanup(logging.Enable)
+	t.Cleanup(func() { goredis.SetLogger(redis.Logger()) })
 	if out := obstest.CaptureStderr(t, dial); out != "" {
 		t.Errorf("with redis.ClientLog, go-redis printed %q to stderr", out)
 	}
 	logs := rec.Events(dlock.EventClientLog)
 	if len(logs) == 0 || !strings.Contains(logs[0].Message, "failed to dial") || logs[0].Backend != "redis" {
 		t.Errorf("client log events = %+v", logs)
+	}
+}
+
+// A Locker opened from a URL keeps go-redis's lines about its own failed
+// dials off stderr: they go to its Observer, or nowhere without one,
+// while a go-redis client of the application still prints them as
+// go-redis's default logger does (the logger this package installs).
+func TestURLClientDialFailures(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	raw := "redis://:" + obsPassword + "@127.0.0.1:1/0?dial_timeout=100ms&max_retries=0" // nothing listens on port 1
+	try := func(opts *dlock.Options) {
+		l, err := dlock.OpenWith(ctx, raw, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if _, err := l.TryAcquire(ctx, "dial", nil); err == nil {
+			t.Error("TryAcquire through a closed port succeeded")
+		}
+	}
+	if out := obstest.CaptureStderr(t, func() { try(nil) }); out != "" {
+		t.Errorf("a Locker without an Observer: go-redis printed %q to stderr", out)
+	}
+	rec := &obstest.Recorder{}
+	if out := obstest.CaptureStderr(t, func() { try(&dlock.Options{Observer: rec}) }); out != "" {
+		t.Errorf("a Locker with an Observer: go-redis printed %q to stderr", out)
+	}
+	logs := rec.Events(dlock.EventClientLog)
+	if len(logs) == 0 || !strings.Contains(logs[0].Message, "failed to dial") || logs[0].Backend != "redis" {
+		t.Errorf("client log events = %+v, want go-redis's failed dial", logs)
+	}
+	if strings.Contains(rec.Text(), obsPassword) {
+		t.Errorf("an event holds the URL's password: %s", rec.Text())
+	}
+	// The application's own client: go-redis's default behaviour.
+	out := obstest.CaptureStderr(t, func() {
+		c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, DialerRetries: 1})
+		defer c.Close()
+		_ = c.Ping(ctx).Err()
+	})
+	if !strings.HasPrefix(out, "redis: ") || !strings.Contains(out, "failed to dial") || !strings.Contains(out, "pool.go:") {
+		t.Errorf("an application's go-redis client printed %q, want go-redis's own line (prefix, file, message)", out)
 	}
 }
 

@@ -119,8 +119,9 @@ type locker struct {
 	values  *grantValues
 	ttl     ttlArg
 	gate    evictionGate
-	semHub  *hub       // wakes the waiters of semaphores (semaphore.go)
-	sems    *nameCache // semaphore names
+	semHub  *hub              // wakes the waiters of semaphores (semaphore.go)
+	sems    *nameCache        // semaphore names
+	clog    *driver.ClientLog // the client's dial failures (opened from a URL), or nil
 
 	mu     sync.Mutex
 	pubCmd any // "PUBLISH" or "SPUBLISH" once known

@@ -48,6 +48,7 @@ type redlock struct {
 	values      *grantValues
 	ttl         ttlArg
 	gate        evictionGate
+	clog        *driver.ClientLog // the clients' dial failures (opened from a URL), or nil
 }
 
 var (
