@@ -40,7 +40,7 @@ install-backends:
 # brings grpc) and the dlock command (cmd/dlock/, which links every driver,
 # etcd's included), each with its own go.mod so that the library's
 # requirements are only the drivers' client libraries.
-MODULES := . bench faults etcd cmd/dlock
+MODULES := . bench faults etcd cmd/dlock otel
 
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "(cd $$m && $(1))"; (cd $$m && $(1)); done

@@ -39,6 +39,31 @@
 // postgresql:// (package postgres), mysql:// (package mysql). Schemes lists
 // those registered in a program.
 //
+// # Observing
+//
+// OpenWith (and NewLockerWith, and each driver's OpenLocker through its
+// Options.Observer) installs an Observer that sees every step of the
+// Locker's leases as an Event: attempt, wait and each wake-up, grant (with
+// the wait and the token), not acquired (and why), refresh (latency and
+// error), lost (why, and how long before the local deadline), release
+// (hold time), the Locker's close, and the lines the backend's client
+// library logs. Events carry names and errors, never URLs or passwords.
+// There is no global hook: each Locker has its own.
+//
+//	l, err := dlock.OpenWith(ctx, url, &dlock.Options{Observer: dlock.NewSlogObserver(logger)})
+//
+// NewSlogObserver logs to a log/slog Logger (a loss at Error, failures at
+// Warn, the steps at Debug). The module github.com/dlock-go/dlock/otel
+// records OpenTelemetry metrics and spans, so that this module requires
+// no OpenTelemetry package. A Locker without an Observer pays nothing for
+// the hook, and one whose slog level is disabled no allocation.
+//
+// A client library's own log lines never reach the program's stderr
+// behind its back: a driver that opened its client from a URL (MySQL,
+// ZooKeeper, etcd) drops them, or passes them to the Observer as
+// EventClientLog. go-redis has one logger for the whole process, which
+// the redis package leaves to the program (see redis.ClientLog).
+//
 // # Drivers
 //
 // A backend implements driver.Locker and is proved by the conformance suite

@@ -27,21 +27,29 @@ type hold struct {
 	name      string
 	ttl       time.Duration
 	keepAlive bool
-	dl        driver.Lease
-	token     uint64
-	slot      *ownerSlot
-	key       ownerKey
-	gate      gatePass // the gate's entry of name until ungate (then guarded by mu)
+	// unscheduled: ended, never put in the keeper's heap again (guarded
+	// by the keeper's mu; here, with permits, to fill keepAlive's word).
+	unscheduled bool
+	permits     int32 // Event.Permits (observe.go)
+	dl          driver.Lease
+	token       uint64
+	slot        *ownerSlot
+	key         ownerKey
+	gate        gatePass      // the gate's entry of name until ungate (then guarded by mu)
+	id          uint64        // Event.ID (observe.go)
+	granted     time.Duration // when granted, as time since l.born, if observed
 
 	mu        sync.Mutex
 	deadline  time.Time // zero for session-bound backends
 	count     int       // reentrant hold count
 	err       error     // non-nil once done is closed
 	releasing bool
+	// refreshing: a keep-alive refresh is in flight (beside releasing, so
+	// that both bools share a word).
+	refreshing bool
 
 	// Keep-alive state, guarded by mu.
 	nextRefresh   time.Time          // when the next keep-alive refresh is due
-	refreshing    bool               // a keep-alive refresh is in flight
 	cancelRefresh context.CancelFunc // cancels it; called by end
 
 	// endCtx is cancelled by end with the lease's error as its cause; made
@@ -54,9 +62,8 @@ type hold struct {
 	done chan struct{} // made by the first Done (guarded by mu); closed by end
 
 	// The keeper's heap entry, guarded by the keeper's mu.
-	at          time.Time // next event: a refresh or the deadline
-	index       int       // position in the heap; -1 when not in it
-	unscheduled bool      // ended: never scheduled again
+	at    time.Time // next event: a refresh or the deadline
+	index int       // position in the heap; -1 when not in it
 }
 
 // Name returns the lock name.
@@ -240,6 +247,9 @@ func (ls *Lease) Release(ctx context.Context) error {
 	// Only now may a sibling waiting locally go to the server: earlier,
 	// its try would find the lock still held.
 	h.ungate()
+	if h.l.obs != nil {
+		h.observe(EventReleased, h.held(), err)
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			h.setErr(fmt.Errorf("%w: the server no longer held it at release", ErrLockLost))
@@ -344,6 +354,9 @@ func (h *hold) end(err error) bool {
 	if !releasing {
 		h.ungate()
 	}
+	if h.l.obs != nil && err != ErrReleased {
+		h.observeEnd(err)
+	}
 	return true
 }
 
@@ -423,6 +436,9 @@ func (h *hold) refresh(ctx context.Context) error {
 func (h *hold) refreshWith(ctx context.Context) error {
 	start := time.Now()
 	err := h.dl.Refresh(ctx, h.ttl)
+	if h.l.obs != nil {
+		h.observe(EventRefresh, time.Since(start), err)
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			h.end(fmt.Errorf("%w: refresh found it no longer held", ErrLockLost))

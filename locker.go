@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -37,6 +38,8 @@ type Locker struct {
 	blocker   driver.Blocker
 	watcher   driver.Watcher
 	inspector driver.Inspector
+	obs       Observer  // nil: nothing observed (observe.go)
+	born      time.Time // the clock of hold.granted
 
 	mu     sync.Mutex
 	closed bool
@@ -77,6 +80,7 @@ func NewLocker(drv driver.Locker) *Locker {
 		waits:  make(map[uint64]context.CancelFunc),
 	}
 	l.caps.Reentrant = true
+	l.born = time.Now()
 	l.watchLo, l.watchHi = watchFallback, watchMax
 	l.keeper.init(l)
 	l.gates.init()
@@ -158,14 +162,23 @@ func (l *Locker) acquire(ctx context.Context, name string, permits int, opts *Ac
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if l.obs == nil {
+		return l.acquireChecked(ctx, op, name, permits, opts, wait, trace{})
+	}
+	return l.acquireObserved(ctx, op, name, permits, opts, wait)
+}
+
+// acquireChecked is acquire's work once its arguments are checked; t
+// identifies the acquisition to the Observer.
+func (l *Locker) acquireChecked(ctx context.Context, op, name string, permits int, opts *AcquireOptions, wait bool, t trace) (*Lease, error) {
 	if permits > 0 {
 		// No gate: a Locker may hold several permits of one semaphore,
 		// and its attempts on it do not split anything between them.
-		return l.grantAdmitted(ctx, op, name, permits, opts, wait, gatePass{})
+		return l.grantAdmitted(ctx, op, name, permits, opts, wait, gatePass{}, t)
 	}
 	owner := opts.owner()
 	if owner == "" {
-		return l.grant(ctx, op, name, opts, wait)
+		return l.grant(ctx, op, name, opts, wait, t)
 	}
 
 	// Reentrant path: one slot per (name, owner) on this Locker.
@@ -220,7 +233,7 @@ func (l *Locker) acquire(ctx context.Context, name string, permits int, opts *Ac
 	}
 	l.mu.Unlock()
 
-	ls, err := l.grant(ctx, op, name, opts, wait)
+	ls, err := l.grant(ctx, op, name, opts, wait, t)
 	if err != nil {
 		return nil, err
 	}
@@ -234,19 +247,19 @@ func (l *Locker) acquire(ctx context.Context, name string, permits int, opts *Ac
 // grant obtains a driver lease, starts its hold and returns its first
 // Lease. Close ends a grant in flight with ErrClosed. The gate admits one
 // attempt of this Locker on name to the server at a time.
-func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool) (*Lease, error) {
+func (l *Locker) grant(ctx context.Context, op, name string, opts *AcquireOptions, wait bool, t trace) (*Lease, error) {
 	p, err := l.admit(ctx, op, name, wait)
 	if err != nil {
 		return nil, err
 	}
-	return l.grantAdmitted(ctx, op, name, 0, opts, wait, p)
+	return l.grantAdmitted(ctx, op, name, 0, opts, wait, p, t)
 }
 
 // grantAdmitted is grant's work once admitted by the gate with p. It ends
 // p exactly once: with the hold it made (which takes p over), or with nil
 // when the driver granted nothing. A semaphore's attempts (permits > 0)
 // come with the zero pass: they are not gated.
-func (l *Locker) grantAdmitted(ctx context.Context, op, name string, permits int, opts *AcquireOptions, wait bool, p gatePass) (*Lease, error) {
+func (l *Locker) grantAdmitted(ctx context.Context, op, name string, permits int, opts *AcquireOptions, wait bool, p gatePass, t trace) (*Lease, error) {
 	ttl := opts.ttl()
 	req := driver.Request{Name: name, TTL: ttl, Owner: opts.owner(), Permits: permits}
 	blocker := l.blocker
@@ -271,7 +284,7 @@ func (l *Locker) grantAdmitted(ctx context.Context, op, name string, permits int
 		dl, err = l.drv.TryAcquire(ctx, req)
 		if errors.Is(err, driver.ErrNotAcquired) {
 			p.setTrying(false)
-			dl, start, err = l.waitLoop(ctx, req, err, p)
+			dl, start, err = l.waitLoop(ctx, req, err, p, t)
 		}
 	}
 	if err != nil {
@@ -306,9 +319,14 @@ func (l *Locker) grantAdmitted(ctx context.Context, op, name string, permits int
 		count:     1,
 		index:     -1,
 		gate:      p,
+		id:        t.id,
+		permits:   int32(min(permits, math.MaxInt32)),
 	}}
 	h := &hl.h
 	hl.ls.h = h
+	if l.obs != nil {
+		h.granted = time.Since(l.born)
+	}
 	if !l.caps.SessionBound {
 		h.deadline = start.Add(ttl - drift(ttl))
 	}
@@ -382,7 +400,10 @@ const (
 // Watcher it watches the name now, then tries again before it waits (a
 // release between the failed attempt and the Watch would wake nobody),
 // then waits for a wake-up, a backoff timer, or the end.
-func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error, p gatePass) (driver.Lease, time.Time, error) {
+func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error, p gatePass, t trace) (driver.Lease, time.Time, error) {
+	if l.obs != nil {
+		l.observeWait(ctx, EventWait, req, t, false)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer l.removeWait(l.addWait(cancel))
@@ -422,9 +443,11 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error,
 		} else {
 			timer.Reset(d)
 		}
+		woken := false
 		select {
 		case _, ok := <-wake:
 			step = lo
+			woken = ok
 			if !ok { // a closed channel would wake us forever: poll instead
 				wake, lo, hi = nil, pollMin, pollMax
 			}
@@ -433,6 +456,9 @@ func (l *Locker) waitLoop(ctx context.Context, req driver.Request, failed error,
 			return nil, start, ctx.Err()
 		}
 		timer.Stop()
+		if l.obs != nil {
+			l.observeWait(ctx, EventWake, req, t, woken)
+		}
 		var dl driver.Lease
 		var done bool
 		if dl, start, done, err = l.attempt(ctx, req, p); done {
@@ -490,7 +516,13 @@ func (l *Locker) Close() error {
 	wg.Wait()
 	l.keeper.close()
 	l.wg.Wait()
-	if err := l.drv.Close(); err != nil {
+	err := l.drv.Close()
+	if l.obs != nil {
+		e := l.event(EventClosed, 0, "", 0)
+		e.Err = err
+		l.obs.Observe(context.Background(), e)
+	}
+	if err != nil {
 		return fmt.Errorf("dlock: close: %w", err)
 	}
 	return nil

@@ -58,7 +58,17 @@ func Schemes() []string {
 // driver's package must be imported (for its side effect of registering
 // the scheme). Unknown URL parameters are an error. The URL's password
 // never appears in a returned error.
+//
+// The lines the backend's client library logs about the client Open made
+// are dropped (OpenWith with an Observer receives them as EventClientLog);
+// go-redis, whose logger is one for the whole process, is the exception
+// (see the package doc, # Observing).
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
+	return OpenWith(ctx, rawURL, nil)
+}
+
+// openDriver opens the driver that the URL's scheme names.
+func openDriver(ctx context.Context, rawURL string) (driver.Locker, error) {
 	i := strings.Index(rawURL, "://")
 	if i <= 0 || !validScheme(rawURL[:i]) {
 		return nil, fmt.Errorf("dlock: open: %w: malformed URL %q: want scheme://...", ErrInvalidOption, driver.Redact(rawURL))
@@ -81,7 +91,7 @@ func Open(ctx context.Context, rawURL string) (*Locker, error) {
 		}
 		return nil, &scrubbed{err: err, msg: "dlock: open " + driver.Redact(rawURL) + ": " + driver.Scrub(err.Error(), rawURL)}
 	}
-	return NewLocker(drv), nil
+	return drv, nil
 }
 
 // validScheme reports whether s is an RFC 3986 scheme (so that text

@@ -41,13 +41,18 @@ func OpenLocker(cli *clientv3.Client, opts *Options) (*dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dlock.NewLocker(newLocker(cli, false, prefix)), nil
+	var obs dlock.Observer
+	if opts != nil {
+		obs = opts.Observer
+	}
+	return dlock.NewLockerWith(newLocker(cli, false, prefix), &dlock.Options{Observer: obs}), nil
 }
 
 // locker is the driver.Locker of one etcd client.
 type locker struct {
 	cli    *clientv3.Client
-	own    bool // Close closes cli
+	own    bool              // Close closes cli
+	clog   *driver.ClientLog // cli's logger, when opened from a URL
 	prefix string
 
 	// closing ends with Close: every call in flight is cancelled through

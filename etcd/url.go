@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -47,6 +46,8 @@ type Options struct {
 	// ("/a" and "/a/b") can see each other's keys: give each application a
 	// prefix of its own.
 	Prefix string
+	// Observer sees the Locker's events (dlock.Options.Observer).
+	Observer dlock.Observer
 }
 
 func (o *Options) prefix() (string, error) {
@@ -148,6 +149,9 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The client's zap logger: warnings and errors go to the Locker's
+	// Observer (or nowhere), never to stderr.
+	clog := driver.NewClientLog(raw)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.endpoints,
 		DialTimeout: c.dialTimeout,
@@ -155,7 +159,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 		Password:    c.password,
 		TLS:         c.tls,
 		Context:     context.WithoutCancel(ctx),
-		Logger:      zap.NewNop(),
+		Logger:      zapLogger(clog),
 		// Keep the endpoints of the URL: the members' advertised addresses
 		// may not be reachable from here (a proxy, a NAT).
 		AutoSyncInterval: 0,
@@ -170,5 +174,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 		// The client's text may quote the URL's parts: keep its secret out.
 		return nil, fmt.Errorf("etcd: connect: %w", errors.New(driver.Scrub(err.Error(), raw)))
 	}
-	return newLocker(cli, true, c.prefix), nil
+	l := newLocker(cli, true, c.prefix)
+	l.clog = clog
+	return l, nil
 }

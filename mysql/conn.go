@@ -22,6 +22,7 @@ type pool struct {
 	// multi: the DSN has multiStatements=true (and interpolateParams=true),
 	// so a script is one round trip.
 	multi bool
+	log   *clientLog // the client's logger, when the driver made the DB
 
 	mu  sync.Mutex
 	ids map[any]sessionID // driver connection → its session

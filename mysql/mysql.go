@@ -40,6 +40,8 @@ type Options struct {
 	// MultiStatements: the DB's DSN has multiStatements=true and
 	// interpolateParams=true, so that a script goes in one round trip.
 	MultiStatements bool
+	// Observer sees the Locker's events (dlock.Options.Observer).
+	Observer dlock.Observer
 }
 
 // config validates o into the core's Config, without a pool yet.
@@ -67,7 +69,14 @@ func OpenLocker(db *sql.DB, opts *Options) (*dlock.Locker, error) {
 		return nil, err
 	}
 	cfg.Pool = &pool{db: db, multi: opts != nil && opts.MultiStatements}
-	return dlock.NewLocker(sqllock.New(cfg)), nil
+	return dlock.NewLockerWith(sqllock.New(cfg), &dlock.Options{Observer: opts.observer()}), nil
+}
+
+func (o *Options) observer() dlock.Observer {
+	if o == nil {
+		return nil
+	}
+	return o.Observer
 }
 
 // Session variables a URL may set, each with the strict pattern of its
@@ -214,13 +223,18 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// go-sql-driver's default logger writes "[mysql] packets.go:58
+	// unexpected EOF" to stderr when a connection breaks: this one drops
+	// such lines, or hands them to the Locker's Observer.
+	clog := driver.NewClientLog(raw)
+	cfg.Logger = clog
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxIdleConns(32)
-	lc.Pool = &pool{db: db, owned: true, multi: cfg.MultiStatements}
+	lc.Pool = &pool{db: db, owned: true, multi: cfg.MultiStatements, log: clog}
 	return sqllock.Open(ctx, lc, db.PingContext)
 }
 

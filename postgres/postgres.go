@@ -48,6 +48,8 @@ type Options struct {
 	Table string
 	// NoMigrate: do not create the table and its sequence on first use.
 	NoMigrate bool
+	// Observer sees the Locker's events (dlock.Options.Observer).
+	Observer dlock.Observer
 }
 
 // config validates o into the core's Config, without a pool yet.
@@ -74,7 +76,14 @@ func OpenLocker(p *pgxpool.Pool, opts *Options) (*dlock.Locker, error) {
 		return nil, err
 	}
 	cfg.Pool = &pool{p: p}
-	return dlock.NewLocker(sqllock.New(cfg)), nil
+	return dlock.NewLockerWith(sqllock.New(cfg), &dlock.Options{Observer: opts.observer()}), nil
+}
+
+func (o *Options) observer() dlock.Observer {
+	if o == nil {
+		return nil
+	}
+	return o.Observer
 }
 
 // Schema returns the statements that create the lock table and its

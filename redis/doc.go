@@ -208,6 +208,20 @@
 // timer (at most 1s), and every waiter is woken when a subscription
 // connection is re-established.
 //
+// # Logs
+//
+// go-redis has one logger per process (goredis.SetLogger), not one per
+// client. Importing this package installs Logger(): it prints every line
+// exactly as go-redis's default logger does, except the failed dials of
+// the clients dlock opened from a URL ("redis: connection pool: failed to
+// dial after 5 attempts: …"), which go to their Locker's Observer
+// (dlock.EventClientLog, the URL's secrets hidden) and are dropped when it
+// has none. A program that calls goredis.SetLogger afterwards replaces it,
+// as it would replace go-redis's default; goredis.SetLogger(ClientLog(obs))
+// sends every go-redis line of the program to obs. Other lines of dlock's
+// clients (rare: a connection with unread data, a pool that found no
+// usable connection) are printed as go-redis prints them.
+//
 // # Semaphores
 //
 // Single server and Cluster: counting semaphores of up to MaxPermits

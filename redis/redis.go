@@ -56,6 +56,15 @@ type Options struct {
 	// only); it is also capped by the lease TTL. Default
 	// DefaultNodeTimeout, 100ms.
 	NodeTimeout time.Duration
+	// Observer sees the Locker's events (dlock.Options.Observer).
+	Observer dlock.Observer
+}
+
+func (o *Options) observer() dlock.Observer {
+	if o == nil {
+		return nil
+	}
+	return o.Observer
 }
 
 func (o *Options) prefix() string {
@@ -94,7 +103,7 @@ func OpenLocker(client goredis.UniversalClient, opts *Options) (*dlock.Locker, e
 	if err := validPrefix(opts.prefix()); err != nil {
 		return nil, err
 	}
-	return dlock.NewLocker(newLocker(client, false, opts.prefix())), nil
+	return dlock.NewLockerWith(newLocker(client, false, opts.prefix()), &dlock.Options{Observer: opts.observer()}), nil
 }
 
 // locker is the driver for one Redis server or one Redis Cluster.
@@ -110,8 +119,9 @@ type locker struct {
 	values  *grantValues
 	ttl     ttlArg
 	gate    evictionGate
-	semHub  *hub       // wakes the waiters of semaphores (semaphore.go)
-	sems    *nameCache // semaphore names
+	semHub  *hub              // wakes the waiters of semaphores (semaphore.go)
+	sems    *nameCache        // semaphore names
+	clog    *driver.ClientLog // the client's dial failures (opened from a URL), or nil
 
 	mu     sync.Mutex
 	pubCmd any // "PUBLISH" or "SPUBLISH" once known

@@ -33,7 +33,7 @@ func OpenRedlock(clients []goredis.UniversalClient, opts *Options) (*dlock.Locke
 	if err := validPrefix(opts.prefix()); err != nil {
 		return nil, err
 	}
-	return dlock.NewLocker(newRedlock(clients, false, opts.prefix(), opts.nodeTimeout())), nil
+	return dlock.NewLockerWith(newRedlock(clients, false, opts.prefix(), opts.nodeTimeout()), &dlock.Options{Observer: opts.observer()}), nil
 }
 
 // redlock is the driver for Redlock over independent masters.
@@ -48,6 +48,7 @@ type redlock struct {
 	values      *grantValues
 	ttl         ttlArg
 	gate        evictionGate
+	clog        *driver.ClientLog // the clients' dial failures (opened from a URL), or nil
 }
 
 var (

@@ -29,6 +29,7 @@ type config struct {
 	dialTimeout, readTimeout, writeTimeout, poolTimeout time.Duration
 	poolSize, minIdleConns, maxRetries                  int
 	clientName                                          string
+	clog                                                *driver.ClientLog // set by openURL
 }
 
 func openURL(ctx context.Context, raw string) (driver.Locker, error) {
@@ -36,17 +37,26 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The clients' failed dials are logged to the Locker's Observer, not
+	// to stderr (see Logger).
+	cfg.clog = driver.NewClientLog(raw)
 	switch cfg.scheme {
 	case SchemeCluster:
-		return newLocker(goredis.NewClusterClient(cfg.clusterOptions()), true, cfg.prefix), nil
+		l := newLocker(goredis.NewClusterClient(cfg.clusterOptions()), true, cfg.prefix)
+		l.clog = cfg.clog
+		return l, nil
 	case SchemeRedlock:
 		nodes := make([]goredis.UniversalClient, len(cfg.addrs))
 		for i, a := range cfg.addrs {
 			nodes[i] = goredis.NewClient(cfg.options(a))
 		}
-		return newRedlock(nodes, true, cfg.prefix, cfg.nodeTimeout), nil
+		r := newRedlock(nodes, true, cfg.prefix, cfg.nodeTimeout)
+		r.clog = cfg.clog
+		return r, nil
 	}
-	return newLocker(goredis.NewClient(cfg.options(cfg.addrs[0])), true, cfg.prefix), nil
+	l := newLocker(goredis.NewClient(cfg.options(cfg.addrs[0])), true, cfg.prefix)
+	l.clog = cfg.clog
+	return l, nil
 }
 
 func invalid(format string, args ...any) error {
@@ -191,6 +201,9 @@ func (c *config) options(addr string) *goredis.Options {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
+	if c.clog != nil {
+		o.Dialer = routeDialErrors(goredis.NewDialer(o), c.clog)
+	}
 	if c.scheme == SchemeRedlock {
 		// One dial per request: a dead node must cost a refused connection,
 		// not go-redis's five dials 100ms apart, which exceed the node
@@ -202,7 +215,7 @@ func (c *config) options(addr string) *goredis.Options {
 
 // clusterOptions are the go-redis options of a Cluster.
 func (c *config) clusterOptions() *goredis.ClusterOptions {
-	return &goredis.ClusterOptions{
+	o := &goredis.ClusterOptions{
 		Addrs:                    c.addrs,
 		Username:                 c.username,
 		Password:                 c.password,
@@ -219,4 +232,10 @@ func (c *config) clusterOptions() *goredis.ClusterOptions {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
+	if c.clog != nil {
+		// go-redis's own dialer for a node, as it would make it.
+		dial := goredis.NewDialer(&goredis.Options{DialTimeout: c.dialTimeout, TLSConfig: c.tls})
+		o.Dialer = routeDialErrors(dial, c.clog)
+	}
+	return o
 }

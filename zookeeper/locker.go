@@ -45,7 +45,7 @@ func OpenLocker(conn *zk.Conn, opts *Options) (*dlock.Locker, error) {
 		return nil, err
 	}
 	s := newSession(conn, nil, o.SessionTimeout, o.Events)
-	return dlock.NewLocker(newLocker(conn, false, cfg, s)), nil
+	return dlock.NewLockerWith(newLocker(conn, false, cfg, s), &dlock.Options{Observer: o.Observer}), nil
 }
 
 type discardLogger struct{}
@@ -65,9 +65,12 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	}
 	tr := newTracker()
 	s := newSession(nil, tr, p.sessionTimeout, nil)
+	// go-zookeeper logs to stderr by default: this logger drops its
+	// lines, or hands them to the Locker's Observer.
+	clog := driver.NewClientLog(raw)
 	conn, _, err := zk.Connect(p.hosts, p.sessionTimeout,
 		zk.WithDialer(tr.dial),
-		zk.WithLogger(discardLogger{}),
+		zk.WithLogger(clog),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(s.onEvent))
 	if err != nil {
@@ -89,13 +92,16 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 			return nil, fmt.Errorf("zookeeper: digest authentication as %q: %w", p.user, err)
 		}
 	}
-	return newLocker(conn, true, cfg, s), nil
+	l := newLocker(conn, true, cfg, s)
+	l.clog = clog
+	return l, nil
 }
 
 // locker is the driver.Locker of one zk.Conn (one session).
 type locker struct {
 	conn *zk.Conn
-	own  bool // Close closes conn
+	own  bool              // Close closes conn
+	clog *driver.ClientLog // conn's logger, when opened from a URL
 	cfg  config
 	s    *session
 

@@ -63,6 +63,9 @@ type Options struct {
 	// ACL is the ACL of the nodes the Locker creates (default
 	// zk.WorldACL(zk.PermAll)).
 	ACL []zk.ACL
+
+	// Observer sees the Locker's events (dlock.Options.Observer).
+	Observer dlock.Observer
 }
 
 type config struct {
