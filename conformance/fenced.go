@@ -225,14 +225,7 @@ func FencedModel(fencing bool) porcupine.Model {
 			}
 			return false, s
 		},
-		DescribeOperation: func(input, output any) string {
-			op := input.(Op)
-			res := "ok"
-			if !output.(bool) {
-				res = "refused"
-			}
-			return fmt.Sprintf("%s(token %d) → %s", op.Kind, op.Token, res)
-		},
+		DescribeOperation: describeOp,
 		DescribeState: func(state any) string {
 			s := state.(fencedState)
 			if s.holder == -1 {
@@ -241,6 +234,17 @@ func FencedModel(fencing bool) porcupine.Model {
 			return fmt.Sprintf("held by %d with token %d (register %d)", s.holder, s.token, s.wmax)
 		},
 	}
+}
+
+// describeOp is how porcupine's visualisation shows an operation of
+// either model.
+func describeOp(input, output any) string {
+	op := input.(Op)
+	res := "ok"
+	if !output.(bool) {
+		res = "refused"
+	}
+	return fmt.Sprintf("%s(token %d) → %s", op.Kind, op.Token, res)
 }
 
 // CheckFenced checks a history against the fenced-mutex model. It returns

@@ -153,14 +153,7 @@ func FencedSemaphoreModel(n int, fencing bool) porcupine.Model {
 			}
 			return false, s
 		},
-		DescribeOperation: func(input, output any) string {
-			op := input.(Op)
-			res := "ok"
-			if !output.(bool) {
-				res = "refused"
-			}
-			return fmt.Sprintf("%s(token %d) → %s", op.Kind, op.Token, res)
-		},
+		DescribeOperation: describeOp,
 		DescribeState: func(state any) string {
 			s := state.(semState)
 			tokens := make([]uint64, s.count)
