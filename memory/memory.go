@@ -124,6 +124,7 @@ type state struct {
 	key     key
 	permits int
 	holders []*lease  // at most permits, oldest first
+	hold1   [1]*lease // holders' first backing array: a lock costs no allocation for it
 	waiters list.List // of *waiter, FIFO
 }
 
@@ -246,6 +247,7 @@ func (ns *Namespace) stateLocked(req driver.Request) (*state, error) {
 	st := ns.locks[k]
 	if st == nil {
 		st = &state{key: k, permits: n}
+		st.holders = st.hold1[:0]
 		ns.locks[k] = st
 		return st, nil
 	}
