@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Status is the outcome of one case.
@@ -442,9 +443,13 @@ func (c *caseT) measureRTT(l *dlock.Locker) time.Duration {
 func (c *caseT) fast() time.Duration { return 10*c.rtt + c.cfg.slack }
 
 // wake is the bound from a release to a waiter's grant.
-func (c *caseT) wake() time.Duration {
+func (c *caseT) wake() time.Duration { return c.wakeBound(c.caps.Wait) }
+
+// wakeBound is the bound from a release to the grant of a waiter woken
+// as w says (Capabilities.Wait or SemaphoreWait).
+func (c *caseT) wakeBound(w driver.WaitKind) time.Duration {
 	d := c.fast()
-	if c.caps.Wait == "poll" || c.caps.Wait == "" {
+	if w == "poll" || w == "" {
 		d += pollCap
 	}
 	return d
@@ -454,9 +459,13 @@ func (c *caseT) wake() time.Duration {
 // to find an expired lock free: nobody releases it, so a notify-woken
 // waiter relies on its fallback timer (capped at watchCap unless the
 // driver reports the remaining TTL).
-func (c *caseT) expiryNotice() time.Duration {
+func (c *caseT) expiryNotice() time.Duration { return c.noticeBound(c.caps.Wait) }
+
+// noticeBound is expiryNotice for a waiter woken as w says
+// (Capabilities.Wait or SemaphoreWait).
+func (c *caseT) noticeBound(w driver.WaitKind) time.Duration {
 	d := c.fast()
-	switch c.caps.Wait {
+	switch w {
 	case "queue":
 	case "notify":
 		d += watchCap

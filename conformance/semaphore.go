@@ -118,27 +118,11 @@ func (c *caseT) acquirePermitAsync(ctx context.Context, s *dlock.Semaphore, opts
 }
 
 // semWake is the bound from a permit's release to a waiter's grant.
-func (c *caseT) semWake() time.Duration {
-	d := c.fast()
-	if w := c.caps.SemaphoreWait; w == "poll" || w == "" {
-		d += pollCap
-	}
-	return d
-}
+func (c *caseT) semWake() time.Duration { return c.wakeBound(c.caps.SemaphoreWait) }
 
 // semNotice is how long a semaphore's waiter may take, beyond the
 // server's expiry of a permit, to find it free (as expiryNotice for locks).
-func (c *caseT) semNotice() time.Duration {
-	d := c.fast()
-	switch c.caps.SemaphoreWait {
-	case "queue":
-	case "notify":
-		d += watchCap
-	default:
-		d += pollCap
-	}
-	return d
-}
+func (c *caseT) semNotice() time.Duration { return c.noticeBound(c.caps.SemaphoreWait) }
 
 func caseSemaphoreLimit(c *caseT) {
 	n := c.permits(semN)
