@@ -489,6 +489,30 @@ func (c *caseT) withTimeout(d time.Duration) (context.Context, context.CancelFun
 	return context.WithTimeout(c.ctx, d)
 }
 
+// endingContext returns a context that ends after patience as mode says
+// ("deadline": its deadline passes; "cancel": it is cancelled) and the
+// error a call given it must return then.
+func (c *caseT) endingContext(mode string, patience time.Duration) (context.Context, context.CancelFunc, error) {
+	if mode == "deadline" {
+		ctx, cancel := context.WithTimeout(c.ctx, patience)
+		return ctx, cancel, context.DeadlineExceeded
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	time.AfterFunc(patience, cancel)
+	return ctx, cancel, context.Canceled
+}
+
+// checkEnded checks what a call (what, in failures) whose context ended
+// at ctxEnd as mode says returned: want, within the fast bound.
+func (c *caseT) checkEnded(what, mode string, r acq, want error, ctxEnd time.Time) {
+	if !errors.Is(r.err, want) {
+		c.Errorf("%s (%s) returned %v, want %v", what, mode, r.err, want)
+	}
+	if late := r.at.Sub(ctxEnd); late > c.fast() {
+		c.Errorf("%s (%s) returned %v after its context ended, bound %v", what, mode, late, c.fast())
+	}
+}
+
 // reportDir returns the directory for failure artefacts ("" means
 // os.TempDir()).
 func (c *caseT) reportDir() string { return c.cfg.reportDir }
