@@ -21,11 +21,7 @@ import (
 func TestClientLogOffStderr(t *testing.T) {
 	srv := testenv.MySQL(t)
 	ctx := testenv.Context(t, time.Minute)
-	proxy, err := netproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := netproxy.ForTest(t, srv.Addr)
 	proxied := strings.Replace(srv.URL, srv.Addr, proxy.Addr(), 1)
 
 	// breakWhile runs block (which waits on the server through the proxy)

@@ -16,11 +16,7 @@ import (
 func TestClientLogToObserver(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	ctx := testenv.Context(t, time.Minute)
-	proxy, err := netproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := netproxy.ForTest(t, srv.Addr)
 	rec := &obstest.Recorder{}
 	logs := obstest.ClientLogsOffStderr(t, rec, "zookeeper", "", func() {
 		l, err := dlock.OpenWith(ctx, strings.Replace(srv.URL, srv.Addr, proxy.Addr(), 1), &dlock.Options{Observer: rec})
