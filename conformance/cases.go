@@ -160,27 +160,36 @@ func caseAcquireWakes(c *caseT) {
 		ls := c.mustTry(a, name, c.holdOpts())
 		ctx, cancel := c.withTimeout(c.wake() + 10*time.Second)
 		ch := c.acquireAsync(ctx, b, name, c.opts())
-		select {
-		case r := <-ch:
-			cancel()
-			c.Fatalf("Acquire returned (err %v) while another client held the lock", r.err)
-		case <-time.After(5*c.rtt + 50*time.Millisecond):
-		}
-		released := time.Now()
-		c.release(ls, "holder")
-		r := <-ch
-		cancel()
-		if r.err != nil {
-			c.Fatalf("Acquire after the holder released: %v", r.err)
-		}
-		ds = append(ds, r.at.Sub(released))
-		c.release(r.ls, "waiter")
+		waiter, d := c.releaseToWaiter(ch, cancel, ls, "Acquire", "another client held the lock")
+		ds = append(ds, d)
+		c.release(waiter, "waiter")
 	}
 	if m := median(ds); m > c.wake() {
 		c.Errorf("a waiter was granted the lock %v after the release (median of 3: %v), bound %v for wait kind %q: it polls with long sleeps",
 			m, ds, c.wake(), c.caps.Wait)
 	}
 	c.Notef("release → waiter's grant: %v", ds)
+}
+
+// releaseToWaiter checks that the waiter ch (cancel ends its context) still
+// waits, releases ls and returns the waiter's lease and how long after
+// the release it was granted; what names the waiter's call and while
+// what it waits for, in failures.
+func (c *caseT) releaseToWaiter(ch <-chan acq, cancel context.CancelFunc, ls *dlock.Lease, what, while string) (*dlock.Lease, time.Duration) {
+	select {
+	case r := <-ch:
+		cancel()
+		c.Fatalf("%s returned (err %v) while %s", what, r.err, while)
+	case <-time.After(5*c.rtt + 50*time.Millisecond):
+	}
+	released := time.Now()
+	c.release(ls, "holder")
+	r := <-ch
+	cancel()
+	if r.err != nil {
+		c.Fatalf("%s after the holder released: %v", what, r.err)
+	}
+	return r.ls, r.at.Sub(released)
 }
 
 func caseAcquireHonoursContext(c *caseT) {
@@ -192,16 +201,7 @@ func caseAcquireHonoursContext(c *caseT) {
 	// the caller's back, it would keep the lock from the next acquirer.
 	ghostTTL := 20 * c.ttl()
 	for _, mode := range []string{"deadline", "cancel"} {
-		var ctx context.Context
-		var cancel context.CancelFunc
-		want := context.DeadlineExceeded
-		if mode == "deadline" {
-			ctx, cancel = context.WithTimeout(c.ctx, patience)
-		} else {
-			want = context.Canceled
-			ctx, cancel = context.WithCancel(c.ctx)
-			time.AfterFunc(patience, cancel)
-		}
+		ctx, cancel, want := c.endingContext(mode, patience)
 		ctxEnd := time.Now().Add(patience)
 		ch := c.acquireAsync(ctx, w, name, &dlock.AcquireOptions{TTL: ghostTTL})
 		var r acq
@@ -225,12 +225,7 @@ func caseAcquireHonoursContext(c *caseT) {
 			}
 			c.Fatalf("Acquire (%s) was granted while another client held the lock", mode)
 		}
-		if !errors.Is(r.err, want) {
-			c.Errorf("Acquire (%s) returned %v, want %v", mode, r.err, want)
-		}
-		if late := r.at.Sub(ctxEnd); late > c.fast() {
-			c.Errorf("Acquire (%s) returned %v after its context ended, bound %v", mode, late, c.fast())
-		}
+		c.checkEnded("Acquire", mode, r, want, ctxEnd)
 	}
 	if rs, ok := c.h.(Residue); ok {
 		var left int
@@ -277,66 +272,34 @@ func caseMutualExclusion(c *caseT) {
 		lockers[i] = c.Locker()
 	}
 	name := c.Name("mutex")
-	hist := NewHistory()
 	reg := &Register{}
 	var inside atomic.Int32
 	var overlaps, counter, grants atomic.Int64
-	var failures atomic.Int32
-	fail := func(format string, args ...any) {
-		if failures.Add(1) <= 5 {
-			c.Errorf(format, args...)
-		}
-	}
+	fail := c.failUpTo(5)
 	// Critical sections take microseconds: a long TTL keeps a starved
 	// keep-alive on a loaded machine from being mistaken for an overlap.
 	opts := &dlock.AcquireOptions{TTL: 5 * c.ttl()}
-	var wg sync.WaitGroup
-	for li, l := range lockers {
-		for g := range nGoroutines {
-			client := li*nGoroutines + g
-			wg.Go(func() {
-				for range rounds {
-					end := hist.Begin(client, OpAcquire)
-					ls, err := l.Acquire(c.ctx, name, opts)
-					if err != nil {
-						end(0, false)
-						fail("Acquire: %v", err)
-						return
-					}
-					tok := ls.Token()
-					end(tok, true)
-					granted := hist.Now()
-					grants.Add(1)
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					v := counter.Load()
-					runtime.Gosched()
-					counter.Store(v + 1)
-					wend := hist.Begin(client, OpWrite)
-					werr := reg.Write(tok, client)
-					wend(tok, werr == nil)
-					if werr != nil && c.caps.Fencing {
-						fail("the fenced register rejected the holder's write: %v", werr)
-					}
-					inside.Add(-1)
-					rend := hist.Begin(client, OpRelease)
-					rerr := ls.Release(c.ctx)
-					if errors.Is(rerr, dlock.ErrNotHeld) {
-						// Lost at some time after the grant: the model
-						// frees it then, so only a real overlap fails.
-						hist.Add(Op{Client: client, Kind: OpLost, Token: tok, Call: granted, Return: hist.Now()})
-					} else {
-						rend(tok, rerr == nil)
-					}
-					if rerr != nil {
-						fail("Release: %v", rerr)
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
+	hist := c.contend(contention{
+		lockers: nLockers, goroutines: nGoroutines, rounds: rounds,
+		acquire: func(li int) (*dlock.Lease, error) { return lockers[li].Acquire(c.ctx, name, opts) },
+		enter: func() {
+			grants.Add(1)
+			if inside.Add(1) != 1 {
+				overlaps.Add(1)
+			}
+			v := counter.Load()
+			runtime.Gosched()
+			counter.Store(v + 1)
+		},
+		write: func(client int, tok uint64) error { return reg.Write(tok, client) },
+		leave: func(werr error) {
+			if werr != nil && c.caps.Fencing {
+				fail("the fenced register rejected the holder's write: %v", werr)
+			}
+			inside.Add(-1)
+		},
+		fail: fail,
+	})
 	total := int64(nLockers * nGoroutines * rounds)
 	if o := overlaps.Load(); o != 0 {
 		c.Errorf("%d overlapping critical sections in %d grants, want 0", o, grants.Load())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Status is the outcome of one case.
@@ -442,9 +443,13 @@ func (c *caseT) measureRTT(l *dlock.Locker) time.Duration {
 func (c *caseT) fast() time.Duration { return 10*c.rtt + c.cfg.slack }
 
 // wake is the bound from a release to a waiter's grant.
-func (c *caseT) wake() time.Duration {
+func (c *caseT) wake() time.Duration { return c.wakeBound(c.caps.Wait) }
+
+// wakeBound is the bound from a release to the grant of a waiter woken
+// as w says (Capabilities.Wait or SemaphoreWait).
+func (c *caseT) wakeBound(w driver.WaitKind) time.Duration {
 	d := c.fast()
-	if c.caps.Wait == "poll" || c.caps.Wait == "" {
+	if w == "poll" || w == "" {
 		d += pollCap
 	}
 	return d
@@ -454,9 +459,13 @@ func (c *caseT) wake() time.Duration {
 // to find an expired lock free: nobody releases it, so a notify-woken
 // waiter relies on its fallback timer (capped at watchCap unless the
 // driver reports the remaining TTL).
-func (c *caseT) expiryNotice() time.Duration {
+func (c *caseT) expiryNotice() time.Duration { return c.noticeBound(c.caps.Wait) }
+
+// noticeBound is expiryNotice for a waiter woken as w says
+// (Capabilities.Wait or SemaphoreWait).
+func (c *caseT) noticeBound(w driver.WaitKind) time.Duration {
 	d := c.fast()
-	switch c.caps.Wait {
+	switch w {
 	case "queue":
 	case "notify":
 		d += watchCap
@@ -478,6 +487,30 @@ func (c *caseT) ttl() time.Duration { return c.cfg.ttl }
 // withTimeout returns a context for one blocking call.
 func (c *caseT) withTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.ctx, d)
+}
+
+// endingContext returns a context that ends after patience as mode says
+// ("deadline": its deadline passes; "cancel": it is cancelled) and the
+// error a call given it must return then.
+func (c *caseT) endingContext(mode string, patience time.Duration) (context.Context, context.CancelFunc, error) {
+	if mode == "deadline" {
+		ctx, cancel := context.WithTimeout(c.ctx, patience)
+		return ctx, cancel, context.DeadlineExceeded
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	time.AfterFunc(patience, cancel)
+	return ctx, cancel, context.Canceled
+}
+
+// checkEnded checks what a call (what, in failures) whose context ended
+// at ctxEnd as mode says returned: want, within the fast bound.
+func (c *caseT) checkEnded(what, mode string, r acq, want error, ctxEnd time.Time) {
+	if !errors.Is(r.err, want) {
+		c.Errorf("%s (%s) returned %v, want %v", what, mode, r.err, want)
+	}
+	if late := r.at.Sub(ctxEnd); late > c.fast() {
+		c.Errorf("%s (%s) returned %v after its context ended, bound %v", what, mode, late, c.fast())
+	}
 }
 
 // reportDir returns the directory for failure artefacts ("" means

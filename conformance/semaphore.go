@@ -118,27 +118,11 @@ func (c *caseT) acquirePermitAsync(ctx context.Context, s *dlock.Semaphore, opts
 }
 
 // semWake is the bound from a permit's release to a waiter's grant.
-func (c *caseT) semWake() time.Duration {
-	d := c.fast()
-	if w := c.caps.SemaphoreWait; w == "poll" || w == "" {
-		d += pollCap
-	}
-	return d
-}
+func (c *caseT) semWake() time.Duration { return c.wakeBound(c.caps.SemaphoreWait) }
 
 // semNotice is how long a semaphore's waiter may take, beyond the
 // server's expiry of a permit, to find it free (as expiryNotice for locks).
-func (c *caseT) semNotice() time.Duration {
-	d := c.fast()
-	switch c.caps.SemaphoreWait {
-	case "queue":
-	case "notify":
-		d += watchCap
-	default:
-		d += pollCap
-	}
-	return d
-}
+func (c *caseT) semNotice() time.Duration { return c.noticeBound(c.caps.SemaphoreWait) }
 
 func caseSemaphoreLimit(c *caseT) {
 	n := c.permits(semN)
@@ -157,62 +141,32 @@ func caseSemaphoreLimit(c *caseT) {
 	const goroutines = 3
 	rounds := max(c.cfg.rounds, 3)
 	var inside, most, over atomic.Int32
-	var failures atomic.Int32
-	fail := func(format string, args ...any) {
-		if failures.Add(1) <= 5 {
-			c.Errorf(format, args...)
-		}
-	}
-	hist := NewHistory()
 	reg := NewSemRegister(n)
-	var wg sync.WaitGroup
+	sems := make([]*dlock.Semaphore, len(lockers))
 	for li, l := range lockers {
-		s := c.sem(l, name, n)
-		for g := range goroutines {
-			client := li*goroutines + g
-			wg.Go(func() {
-				for range rounds {
-					end := hist.Begin(client, OpAcquire)
-					ls, err := s.Acquire(c.ctx, c.holdOpts())
-					if err != nil {
-						end(0, false)
-						fail("Acquire of a permit: %v", err)
-						return
-					}
-					tok := ls.Token()
-					end(tok, true)
-					granted := hist.Now()
-					k := inside.Add(1)
-					if k > int32(n) {
-						over.Add(1)
-					}
-					for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
-					}
-					wend := hist.Begin(client, OpWrite)
-					werr := reg.Write(tok)
-					// The register may refuse a live holder that N newer
-					// permits outran (it cannot tell holders from tokens);
-					// the model says whether the refusal is explained.
-					wend(tok, werr == nil)
-					time.Sleep(time.Millisecond)
-					inside.Add(-1)
-					rend := hist.Begin(client, OpRelease)
-					rerr := ls.Release(c.ctx)
-					if errors.Is(rerr, dlock.ErrNotHeld) {
-						// Lost at some time after the grant: the model
-						// frees the permit then.
-						hist.Add(Op{Client: client, Kind: OpLost, Token: tok, Call: granted, Return: hist.Now()})
-					} else {
-						rend(tok, rerr == nil)
-					}
-					if rerr != nil {
-						fail("Release of a permit: %v", rerr)
-					}
-				}
-			})
-		}
+		sems[li] = c.sem(l, name, n)
 	}
-	wg.Wait()
+	hist := c.contend(contention{
+		lockers: len(lockers), goroutines: goroutines, rounds: rounds, what: " of a permit",
+		acquire: func(li int) (*dlock.Lease, error) { return sems[li].Acquire(c.ctx, c.holdOpts()) },
+		enter: func() {
+			k := inside.Add(1)
+			if k > int32(n) {
+				over.Add(1)
+			}
+			for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
+			}
+		},
+		// The register may refuse a live holder that N newer permits
+		// outran (it cannot tell holders from tokens); the model says
+		// whether the refusal is explained.
+		write: func(_ int, tok uint64) error { return reg.Write(tok) },
+		leave: func(error) {
+			time.Sleep(time.Millisecond)
+			inside.Add(-1)
+		},
+		fail: c.failUpTo(5),
+	})
 	if o := over.Load(); o > 0 {
 		c.Errorf("more than %d holders of a semaphore of %d permits at once, %d times (at most %d at once)", n, n, o, most.Load())
 	}
@@ -473,16 +427,7 @@ func caseSemaphoreCancel(c *caseT) {
 	// caller's back, it would keep its permit through the case.
 	ghostTTL := 20 * c.ttl()
 	for _, mode := range []string{"deadline", "cancel"} {
-		var ctx context.Context
-		var cancel context.CancelFunc
-		want := context.DeadlineExceeded
-		if mode == "deadline" {
-			ctx, cancel = context.WithTimeout(c.ctx, patience)
-		} else {
-			want = context.Canceled
-			ctx, cancel = context.WithCancel(c.ctx)
-			time.AfterFunc(patience, cancel)
-		}
+		ctx, cancel, want := c.endingContext(mode, patience)
 		ctxEnd := time.Now().Add(patience)
 		ch := c.acquirePermitAsync(ctx, c.sem(w, name, n), &dlock.AcquireOptions{TTL: ghostTTL})
 		var r acq
@@ -497,12 +442,7 @@ func caseSemaphoreCancel(c *caseT) {
 			c.release(r.ls, "waiter")
 			c.Fatalf("semaphore Acquire (%s) was granted a permit while all %d were held", mode, n)
 		}
-		if !errors.Is(r.err, want) {
-			c.Errorf("semaphore Acquire (%s) returned %v, want %v", mode, r.err, want)
-		}
-		if late := r.at.Sub(ctxEnd); late > c.fast() {
-			c.Errorf("semaphore Acquire (%s) returned %v after its context ended, bound %v", mode, late, c.fast())
-		}
+		c.checkEnded("semaphore Acquire", mode, r, want, ctxEnd)
 	}
 	// A waiter that comes later gets the next freed permit: nothing of
 	// the cancelled ones takes it (a ghost would hold it for 20 TTLs).
@@ -555,21 +495,9 @@ func caseSemaphoreWakes(c *caseT) {
 		}
 		ctx, cancel := c.withTimeout(c.semWake() + 10*time.Second)
 		ch := c.acquirePermitAsync(ctx, c.sem(b, name, n), c.opts())
-		select {
-		case r := <-ch:
-			cancel()
-			c.Fatalf("semaphore Acquire returned (err %v) while all %d permits were held", r.err, n)
-		case <-time.After(5*c.rtt + 50*time.Millisecond):
-		}
-		released := time.Now()
-		c.release(held[0], "holder")
-		r := <-ch
-		cancel()
-		if r.err != nil {
-			c.Fatalf("semaphore Acquire after a holder released: %v", r.err)
-		}
-		ds = append(ds, r.at.Sub(released))
-		c.release(r.ls, "waiter")
+		waiter, d := c.releaseToWaiter(ch, cancel, held[0], "semaphore Acquire", fmt.Sprintf("all %d permits were held", n))
+		ds = append(ds, d)
+		c.release(waiter, "waiter")
 		c.releaseAll(held[1:], "holder")
 	}
 	if m := median(ds); m > c.semWake() {

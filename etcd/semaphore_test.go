@@ -8,12 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
@@ -116,57 +115,15 @@ func (e *semEnv) noKeys(t *testing.T) {
 func TestSemaphoreAtMostN(t *testing.T) {
 	e := newSemEnv(t, 3, time.Minute)
 	const n = 2
-	var (
-		holders, peak atomic.Int64
-		mu            sync.Mutex
-		tokens        = map[uint64]bool{}
-		wg            sync.WaitGroup
-	)
+	var sems []*dlock.Semaphore
 	for i := range 3 {
-		sem := e.semaphore(t, i, "pool", n)
-		for range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var last uint64
-				for range 10 {
-					p, err := sem.Acquire(e.ctx, nil)
-					if err != nil {
-						t.Errorf("acquire: %v", err)
-						return
-					}
-					h := holders.Add(1)
-					if h > n {
-						t.Errorf("%d holders of a semaphore of %d", h, n)
-					}
-					for {
-						pk := peak.Load()
-						if h <= pk || peak.CompareAndSwap(pk, h) {
-							break
-						}
-					}
-					mu.Lock()
-					if tokens[p.Token()] {
-						t.Errorf("token %d granted twice", p.Token())
-					}
-					tokens[p.Token()] = true
-					mu.Unlock()
-					if p.Token() <= last {
-						t.Errorf("token %d after %d", p.Token(), last)
-					}
-					last = p.Token()
-					time.Sleep(2 * time.Millisecond)
-					holders.Add(-1)
-					if err := p.Release(e.ctx); err != nil {
-						t.Errorf("release: %v", err)
-					}
-				}
-			}()
-		}
+		sems = append(sems, e.semaphore(t, i, "pool", n))
 	}
-	wg.Wait()
-	if peak.Load() != n {
-		t.Errorf("at most %d holders at once, want %d", peak.Load(), n)
+	most, _ := backendtest.SemaphoreAtMostN(e.ctx, t, backendtest.Contention{
+		Sems: sems, N: n, Goroutines: 3, Rounds: 10, Hold: 2 * time.Millisecond,
+	})
+	if most != n {
+		t.Errorf("at most %d holders at once, want %d", most, n)
 	}
 	e.noKeys(t)
 }

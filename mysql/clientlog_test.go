@@ -21,11 +21,7 @@ import (
 func TestClientLogOffStderr(t *testing.T) {
 	srv := testenv.MySQL(t)
 	ctx := testenv.Context(t, time.Minute)
-	proxy, err := netproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := netproxy.ForTest(t, srv.Addr)
 	proxied := strings.Replace(srv.URL, srv.Addr, proxy.Addr(), 1)
 
 	// breakWhile runs block (which waits on the server through the proxy)
@@ -69,7 +65,7 @@ func TestClientLogOffStderr(t *testing.T) {
 	defer held.Release(ctx)
 
 	rec := &obstest.Recorder{}
-	got := obstest.CaptureStderr(t, func() {
+	obstest.ClientLogsOffStderr(t, rec, "mysql", "EOF", func() {
 		l, err := dlock.OpenWith(ctx, testenv.WithParams(proxied, "strategy", "getlock"), &dlock.Options{Observer: rec})
 		if err != nil {
 			t.Fatal(err)
@@ -90,16 +86,6 @@ func TestClientLogOffStderr(t *testing.T) {
 			return err
 		})
 	})
-	if got != "" {
-		t.Errorf("a Locker opened from a URL printed %q to stderr, want nothing", got)
-	}
-	logs := rec.Events(dlock.EventClientLog)
-	if len(logs) == 0 {
-		t.Fatalf("no EventClientLog; events: %v", rec.Events())
-	}
-	if !strings.Contains(logs[0].Message, "EOF") || logs[0].Backend != "mysql" {
-		t.Errorf("client log event = %+v, want the driver's unexpected EOF", logs[0])
-	}
 	if text := rec.Text(); strings.Contains(text, testenv.Password) {
 		t.Errorf("an event holds the URL's password:\n%s", text)
 	}

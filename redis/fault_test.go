@@ -227,11 +227,7 @@ func TestRedlockLateQuorumSaysSo(t *testing.T) {
 	addrs := []string{nodes[0].Addr}
 	var proxies []*netproxy.Proxy
 	for _, s := range nodes[1:] {
-		p, err := netproxy.New(s.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
+		p := netproxy.ForTest(t, s.Addr)
 		proxies = append(proxies, p)
 		addrs = append(addrs, p.Addr())
 	}

@@ -125,13 +125,7 @@ func TestURLClientDialFailures(t *testing.T) {
 		t.Errorf("a Locker without an Observer: go-redis printed %q to stderr", out)
 	}
 	rec := &obstest.Recorder{}
-	if out := obstest.CaptureStderr(t, func() { try(&dlock.Options{Observer: rec}) }); out != "" {
-		t.Errorf("a Locker with an Observer: go-redis printed %q to stderr", out)
-	}
-	logs := rec.Events(dlock.EventClientLog)
-	if len(logs) == 0 || !strings.Contains(logs[0].Message, "failed to dial") || logs[0].Backend != "redis" {
-		t.Errorf("client log events = %+v, want go-redis's failed dial", logs)
-	}
+	obstest.ClientLogsOffStderr(t, rec, "redis", "failed to dial", func() { try(&dlock.Options{Observer: rec}) })
 	if strings.Contains(rec.Text(), obsPassword) {
 		t.Errorf("an event holds the URL's password: %s", rec.Text())
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
@@ -54,59 +53,25 @@ func TestSemaphoreAtMostN(t *testing.T) {
 		const n, lockers, perLocker, rounds = 3, 4, 4, 15
 		name := uniqueName(t)
 		raw := tg.raw[0]
-		var holders, most atomic.Int32
-		var mu sync.Mutex
-		tokens := map[uint64]bool{}
-		var wg sync.WaitGroup
-		errs := make(chan error, lockers*perLocker)
+		var sems []*dlock.Semaphore
 		for range lockers {
-			sem := semaphore(t, open(t, ctx, tg.url), name, n)
-			for range perLocker {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var last uint64
-					for range rounds {
-						p, err := sem.Acquire(ctx, &dlock.AcquireOptions{TTL: 10 * time.Second})
-						if err != nil {
-							errs <- err
-							return
-						}
-						h := holders.Add(1)
-						for m := most.Load(); h > m && !most.CompareAndSwap(m, h); m = most.Load() {
-						}
-						if c, err := raw.ZCard(ctx, semKeys(name).Holders).Result(); err != nil || c > n {
-							errs <- fmt.Errorf("%d holders on the server (%v)", c, err)
-						}
-						tok := p.Token()
-						mu.Lock()
-						dup := tokens[tok]
-						tokens[tok] = true
-						mu.Unlock()
-						if dup || tok <= last {
-							errs <- fmt.Errorf("token %d after %d (duplicate %v)", tok, last, dup)
-						}
-						last = tok
-						time.Sleep(time.Millisecond)
-						holders.Add(-1)
-						if err := p.Release(ctx); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
+			sems = append(sems, semaphore(t, open(t, ctx, tg.url), name, n))
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
+		most, tokens := backendtest.SemaphoreAtMostN(ctx, t, backendtest.Contention{
+			Sems: sems, N: n, Goroutines: perLocker, Rounds: rounds,
+			Opts: &dlock.AcquireOptions{TTL: 10 * time.Second}, Hold: time.Millisecond,
+			Held: func(ctx context.Context, _ *dlock.Lease) error {
+				if c, err := raw.ZCard(ctx, semKeys(name).Holders).Result(); err != nil || c > n {
+					return fmt.Errorf("%d holders on the server (%v)", c, err)
+				}
+				return nil
+			},
+		})
+		if most != n {
+			t.Errorf("at most %d holders at once, want %d", most, n)
 		}
-		if m := most.Load(); m > n || m < n {
-			t.Errorf("at most %d holders at once, want %d", m, n)
-		}
-		if len(tokens) != lockers*perLocker*rounds {
-			t.Errorf("%d distinct tokens, want %d", len(tokens), lockers*perLocker*rounds)
+		if tokens != lockers*perLocker*rounds {
+			t.Errorf("%d distinct tokens, want %d", tokens, lockers*perLocker*rounds)
 		}
 		// Every permit is free: nothing of the semaphore is left but its
 		// fence and, for 3s at most, waiter registrations.

@@ -16,13 +16,9 @@ import (
 func TestClientLogToObserver(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	ctx := testenv.Context(t, time.Minute)
-	proxy, err := netproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := netproxy.ForTest(t, srv.Addr)
 	rec := &obstest.Recorder{}
-	out := obstest.CaptureStderr(t, func() {
+	logs := obstest.ClientLogsOffStderr(t, rec, "zookeeper", "", func() {
 		l, err := dlock.OpenWith(ctx, strings.Replace(srv.URL, srv.Addr, proxy.Addr(), 1), &dlock.Options{Observer: rec})
 		if err != nil {
 			t.Fatal(err)
@@ -34,15 +30,5 @@ func TestClientLogToObserver(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
-	if out != "" {
-		t.Errorf("stderr got %q, want nothing", out)
-	}
-	logs := rec.Events(dlock.EventClientLog)
-	if len(logs) == 0 {
-		t.Fatal("no EventClientLog after the connection broke")
-	}
-	if logs[0].Backend != "zookeeper" || logs[0].Message == "" {
-		t.Errorf("client log event = %+v", logs[0])
-	}
 	t.Logf("first client line: %s", logs[0].Message)
 }

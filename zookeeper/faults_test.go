@@ -21,12 +21,8 @@ import (
 // by packet so that LoseReply can match one request.
 func newProxy(t testing.TB, target string) *netproxy.Proxy {
 	t.Helper()
-	p, err := netproxy.New(target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := netproxy.ForTest(t, target)
 	p.Frame(packets)
-	t.Cleanup(func() { p.Close() })
 	return p
 }
 

@@ -6,13 +6,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backendtest"
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
@@ -80,59 +80,16 @@ func permits(t testing.TB, admin *zk.Conn, prefix, name string) []string {
 // goroutine's successive tokens increase; no token is granted twice.
 func TestSemaphoreAtMostN(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
-		ctx := testenv.Context(t, time.Minute)
 		const n = 2
-		var (
-			holders, peak atomic.Int64
-			mu            sync.Mutex
-			tokens        = map[uint64]bool{}
-			wg            sync.WaitGroup
-		)
+		var sems []*dlock.Semaphore
 		for range 3 {
-			sem := semaphore(t, open(t, srv.URL, prefix, "recipe="+recipe), "pool", n)
-			for range 3 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var last uint64
-					for range 15 {
-						p, err := sem.Acquire(ctx, nil)
-						if err != nil {
-							t.Errorf("acquire: %v", err)
-							return
-						}
-						h := holders.Add(1)
-						if h > n {
-							t.Errorf("%d holders of a semaphore of %d", h, n)
-						}
-						for {
-							pk := peak.Load()
-							if h <= pk || peak.CompareAndSwap(pk, h) {
-								break
-							}
-						}
-						mu.Lock()
-						if tokens[p.Token()] {
-							t.Errorf("token %d granted twice", p.Token())
-						}
-						tokens[p.Token()] = true
-						mu.Unlock()
-						if p.Token() <= last {
-							t.Errorf("token %d after %d", p.Token(), last)
-						}
-						last = p.Token()
-						time.Sleep(2 * time.Millisecond)
-						holders.Add(-1)
-						if err := p.Release(ctx); err != nil {
-							t.Errorf("release: %v", err)
-						}
-					}
-				}()
-			}
+			sems = append(sems, semaphore(t, open(t, srv.URL, prefix, "recipe="+recipe), "pool", n))
 		}
-		wg.Wait()
-		if peak.Load() != n {
-			t.Errorf("at most %d holders at once, want %d", peak.Load(), n)
+		most, _ := backendtest.SemaphoreAtMostN(testenv.Context(t, time.Minute), t, backendtest.Contention{
+			Sems: sems, N: n, Goroutines: 3, Rounds: 15, Hold: 2 * time.Millisecond,
+		})
+		if most != n {
+			t.Errorf("at most %d holders at once, want %d", most, n)
 		}
 		assertNoOrphans(t, admin, prefix)
 	})

@@ -312,25 +312,8 @@ func openPostgresSemaphore(ctx context.Context, rawURL string, ttl time.Duration
 				}
 				seen[name] = permits
 			}
-			for {
-				// Not cancelled half-way: pgx closes a connection whose
-				// query is cancelled. ctx is checked between attempts.
-				tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), semTakeTimeout)
-				ok, err := take(tctx, name, permits)
-				cancel()
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					break
-				}
-				t := time.NewTimer(semPoll)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return nil, ctx.Err()
-				}
+			if err := pollTake(ctx, func(ctx context.Context) (bool, error) { return take(ctx, name, permits) }); err != nil {
+				return nil, err
 			}
 			free := func(ctx context.Context) error { _, err := c.Exec(ctx, "COMMIT"); return err }
 			var token int64
@@ -414,25 +397,8 @@ func openMySQLSemaphore(ctx context.Context, rawURL string, ttl time.Duration) (
 				}
 				seen[name] = permits
 			}
-			for {
-				// Not cancelled half-way: a cancelled query breaks the
-				// connection. ctx is checked between attempts.
-				tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), semTakeTimeout)
-				ok, err := take(tctx, name, permits)
-				cancel()
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					break
-				}
-				t := time.NewTimer(semPoll)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return nil, ctx.Err()
-				}
+			if err := pollTake(ctx, func(ctx context.Context) (bool, error) { return take(ctx, name, permits) }); err != nil {
+				return nil, err
 			}
 			free := func(ctx context.Context) error {
 				_, err := c.ExecContext(ctx, "COMMIT; SET SESSION wait_timeout = DEFAULT")
@@ -479,4 +445,26 @@ func mySemConn(ctx context.Context, rawURL string) (*sql.DB, *sql.Conn, error) {
 		return nil, nil, fmt.Errorf("floor: mysql: %w", scrub(err, cfg.Passwd))
 	}
 	return db, c, nil
+}
+
+// pollTake calls take until it takes a slot, every semPoll. Each call has
+// its own semTakeTimeout and is not cancelled half-way (pgx closes a
+// connection whose query is cancelled; for MySQL a cancelled query breaks
+// the connection): ctx is checked between attempts.
+func pollTake(ctx context.Context, take func(context.Context) (bool, error)) error {
+	for {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), semTakeTimeout)
+		ok, err := take(tctx)
+		cancel()
+		if err != nil || ok {
+			return err
+		}
+		t := time.NewTimer(semPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 }

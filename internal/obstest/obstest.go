@@ -89,3 +89,22 @@ func (r *Recorder) WaitFor(t testing.TB, kind dlock.EventKind, n int) []dlock.Ev
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// ClientLogsOffStderr runs f, which makes a Locker observed by rec meet a
+// broken connection, with stderr captured. It fails t if f printed
+// anything there or if rec got no EventClientLog, or the first is not
+// backend's with a message containing want; it returns those events.
+func ClientLogsOffStderr(t testing.TB, rec *Recorder, backend, want string, f func()) []dlock.Event {
+	t.Helper()
+	if out := CaptureStderr(t, f); out != "" {
+		t.Errorf("a Locker opened from a URL printed %q to stderr, want nothing", out)
+	}
+	logs := rec.Events(dlock.EventClientLog)
+	if len(logs) == 0 {
+		t.Fatalf("no EventClientLog; events: %v", rec.Events())
+	}
+	if logs[0].Backend != backend || logs[0].Message == "" || !strings.Contains(logs[0].Message, want) {
+		t.Errorf("client log event = %+v, want %s's line containing %q", logs[0], backend, want)
+	}
+	return logs
+}

@@ -37,6 +37,14 @@ func Semaphores(t *testing.T, rawURL, native string) {
 	})
 }
 
+// semStart returns what most semaphore checks start from: a context for
+// the check (30s), two Lockers on rawURL and a fresh semaphore name.
+func semStart(t *testing.T, rawURL string) (ctx context.Context, a, b *dlock.Locker, name string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, Open(t, ctx, rawURL), Open(t, ctx, rawURL), semName(t)
+}
+
 // semName is a fresh semaphore name for a test.
 func semName(t *testing.T) string {
 	return fmt.Sprintf("sem/%s/%d", t.Name(), time.Now().UnixNano())
@@ -136,10 +144,7 @@ func SemAtMostN(t *testing.T, rawURL string) {
 // of permits fails with ErrInvalidOption and changes nothing; once all are
 // free, the new number applies, and slots beyond it are not used.
 func SemMismatch(t *testing.T, rawURL string) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	a, b := Open(t, ctx, rawURL), Open(t, ctx, rawURL)
-	name := semName(t)
+	ctx, a, b, name := semStart(t, rawURL)
 	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 	p, err := semaphore(t, a, name, 3).TryAcquire(ctx, opts)
 	if err != nil {
@@ -241,10 +246,7 @@ func SemCrashFreesPermit(t *testing.T, rawURL string) {
 // leave nothing behind: once the holder releases, every permit can be
 // taken at once.
 func SemCancelLeavesNothing(t *testing.T, rawURL string) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	a, b := Open(t, ctx, rawURL), Open(t, ctx, rawURL)
-	name := semName(t)
+	ctx, a, b, name := semStart(t, rawURL)
 	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 	p, err := semaphore(t, a, name, 1).TryAcquire(ctx, opts)
 	if err != nil {
@@ -278,10 +280,7 @@ func SemCancelLeavesNothing(t *testing.T, rawURL string) {
 
 // SemNamespace: the semaphore "x" and the lock "x" are unrelated.
 func SemNamespace(t *testing.T, rawURL string) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	a, b := Open(t, ctx, rawURL), Open(t, ctx, rawURL)
-	name := semName(t)
+	ctx, a, b, name := semStart(t, rawURL)
 	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 	ls, err := a.TryAcquire(ctx, name, opts)
 	if err != nil {
