@@ -125,9 +125,11 @@ func (a *attempt) admitted(r *etcdserverpb.RangeResponse) bool {
 }
 
 // abandon ends a cancelled or failed attempt with a fresh bounded context,
-// leaving nothing behind: a key it made and still has (same create
-// revision) is deleted and its etcd lease kept as a spare; a lease in any
-// other state is revoked, which deletes its key.
+// leaving nothing behind when it returns: a key it made and still has
+// (same create revision) is deleted and its etcd lease kept as a spare; a
+// lease in any other state (a transaction cancelled in flight may have
+// made the key) is revoked, which deletes its key, before abandon returns:
+// a later attempt must not find it in the queue.
 func (a *attempt) abandon() {
 	if a.id == 0 {
 		return
@@ -146,7 +148,7 @@ func (a *attempt) abandon() {
 			return
 		}
 	}
-	a.l.revokeLater(id)
+	a.l.revoke(id)
 }
 
 // grant makes the lease of a granted attempt; at is a local time at or
