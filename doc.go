@@ -32,12 +32,24 @@
 // across successive holders of a name, and the protected resource must
 // refuse a write whose token is lower than one it has already seen.
 //
+// # Semaphores
+//
+// Locker.Semaphore gives a counting semaphore: at most N holders of a name
+// at once across processes, each permit an ordinary Lease with its own
+// fencing token (tokens strictly increase across all the permits of a
+// name). Capabilities.MaxPermits says whether and how far a backend has
+// them (Redlock has none).
+//
+//	exports, err := l.Semaphore("exports", 4)
+//	err = exports.Do(ctx, nil, func(ctx context.Context, permit *dlock.Lease) error { ... })
+//
 // # Schemes
 //
 // mem:// (package memory), redis://, rediss://, redis+cluster://,
 // redlock:// (package redis), zk:// (package zookeeper), postgres:// and
-// postgresql:// (package postgres), mysql:// (package mysql). Schemes lists
-// those registered in a program.
+// postgresql:// (package postgres), mysql:// (package mysql), etcd:// and
+// etcds:// (package etcd, a module of its own). Schemes lists those
+// registered in a program.
 //
 // # Observing
 //
@@ -61,8 +73,10 @@
 // A client library's own log lines never reach the program's stderr
 // behind its back: a driver that opened its client from a URL (MySQL,
 // ZooKeeper, etcd) drops them, or passes them to the Observer as
-// EventClientLog. go-redis has one logger for the whole process, which
-// the redis package leaves to the program (see redis.ClientLog).
+// EventClientLog. go-redis has one logger for the whole process: the
+// redis package installs one that prints as go-redis's default does
+// except the failed dials of the clients dlock opened, which go to their
+// Locker's Observer (see redis.Logger).
 //
 // # Drivers
 //
