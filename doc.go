@@ -1,6 +1,6 @@
-// Package dlock is one API for distributed locks over Redis, ZooKeeper,
-// PostgreSQL and MySQL, with fencing tokens and a lost-lease signal on every
-// backend.
+// Package dlock is one API for distributed locks and counting semaphores
+// over Redis, ZooKeeper, etcd, PostgreSQL and MySQL, with fencing tokens and
+// a lost-lease signal on every backend.
 //
 // A backend is chosen by URL; import its driver package for its side effect:
 //
