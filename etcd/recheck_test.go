@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"encoding/base64"
 	"fmt"
 	"strconv"
 	"testing"
@@ -39,23 +38,11 @@ func TestLeaseLostWhileWaiting(t *testing.T) {
 		got <- res{b, err}
 	}()
 	// The waiter's key: the second of the queue.
-	type kv struct {
-		Key            []byte `json:"key"`
-		CreateRevision string `json:"create_revision"`
-		Lease          string `json:"lease"`
-	}
-	var waiter kv
+	var waiter queueKV
 	q := layout.EtcdQueue(prefix, "n")
-	end := []byte(q)
-	end[len(end)-1]++
-	b64 := base64.StdEncoding.EncodeToString
 	for waiter.Lease == "" {
-		var r struct{ Kvs []kv }
-		if err := testenv.EtcdCall(ctx, s.Addr, "/v3/kv/range", map[string]any{"key": b64([]byte(q)), "range_end": b64(end), "sort_target": "CREATE", "sort_order": "ASCEND"}, &r); err != nil {
-			t.Fatal(err)
-		}
-		if len(r.Kvs) == 2 {
-			waiter = r.Kvs[1]
+		if kvs := rangeKeys(t, ctx, s.Addr, q); len(kvs) == 2 {
+			waiter = kvs[1]
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -47,25 +46,10 @@ func (e *semEnv) semaphore(t testing.TB, i int, name string, n int) *dlock.Semap
 	return s
 }
 
-// queueKV is a key of a queue, as the JSON gateway shows it.
-type queueKV struct {
-	Key            []byte `json:"key"`
-	CreateRevision string `json:"create_revision"`
-	Lease          string `json:"lease"`
-}
-
 // keys returns the keys of the semaphore name's queue, oldest first.
 func (e *semEnv) keys(t testing.TB, name string) []queueKV {
 	t.Helper()
-	q := layout.EtcdSemaphoreQueue(e.prefix, name)
-	end := []byte(q)
-	end[len(end)-1]++
-	b64 := base64.StdEncoding.EncodeToString
-	var r struct{ Kvs []queueKV }
-	if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/kv/range", map[string]any{"key": b64([]byte(q)), "range_end": b64(end), "sort_target": "CREATE", "sort_order": "ASCEND"}, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r.Kvs
+	return rangeKeys(t, e.ctx, e.addr, layout.EtcdSemaphoreQueue(e.prefix, name))
 }
 
 // waitKeys waits until the semaphore name's queue has k keys.
@@ -88,20 +72,14 @@ func (e *semEnv) waitKeys(t *testing.T, name string, k int) []queueKV {
 func (e *semEnv) noKeys(t *testing.T) {
 	t.Helper()
 	q := e.prefix + "/"
-	end := []byte(q)
-	end[len(end)-1]++
-	b64 := base64.StdEncoding.EncodeToString
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		var r struct{ Kvs []queueKV }
-		if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/kv/range", map[string]any{"key": b64([]byte(q)), "range_end": b64(end)}, &r); err != nil {
-			t.Fatal(err)
-		}
-		if len(r.Kvs) == 0 {
+		kvs := rangeKeys(t, e.ctx, e.addr, q)
+		if len(kvs) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("keys left under %s: %d", q, len(r.Kvs))
+			t.Errorf("keys left under %s: %d", q, len(kvs))
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

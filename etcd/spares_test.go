@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"sync"
 	"testing"
@@ -72,21 +71,11 @@ func TestSpares(t *testing.T) {
 // holderLease returns the etcd lease (its decimal id) of queue's first key.
 func holderLease(t *testing.T, ctx context.Context, addr, queue string) string {
 	t.Helper()
-	end := []byte(queue)
-	end[len(end)-1]++
-	b64 := base64.StdEncoding.EncodeToString
-	var r struct {
-		Kvs []struct {
-			Lease string `json:"lease"`
-		} `json:"kvs"`
+	kvs := rangeKeys(t, ctx, addr, queue)
+	if len(kvs) != 1 || kvs[0].Lease == "" {
+		t.Fatalf("queue %s: %+v, want one key under a lease", queue, kvs)
 	}
-	if err := testenv.EtcdCall(ctx, addr, "/v3/kv/range", map[string]any{"key": b64([]byte(queue)), "range_end": b64(end)}, &r); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Kvs) != 1 || r.Kvs[0].Lease == "" {
-		t.Fatalf("queue %s: %+v, want one key under a lease", queue, r.Kvs)
-	}
-	return r.Kvs[0].Lease
+	return kvs[0].Lease
 }
 
 // waitLeases waits up to 5s until the server has at most n leases.
