@@ -343,19 +343,23 @@ func handoffRateFacet(hold string) facet {
 		rows: func(r *Row) bool {
 			return r.Workload == Handoff && contends(r) && fmt.Sprint(r.Params["hold"]) == hold
 		},
-		group: waitersGroup,
-		toBar: func(r *Row) (chartBar, string) {
-			b, why := intervalBar(r.Rate, perSec)
-			b.Mark = Med(r.Ideal)
-			b.Right, b.RightWide = ratioLabel(r.ToIdeal)
-			return b, why
-		},
+		group:     waitersGroup,
+		toBar:     idealRateBar,
 		desc:      true,
 		axis:      "grants/s, higher is better",
 		format:    rateTick,
 		rightHead: "×ideal",
 		marks:     []string{"whisker", "mark"},
 	}
+}
+
+// idealRateBar is a rate bar with the ideal as its tick and the rate over
+// the ideal on its right (handoff, semaphore).
+func idealRateBar(r *Row) (chartBar, string) {
+	b, why := intervalBar(r.Rate, perSec)
+	b.Mark = Med(r.Ideal)
+	b.Right, b.RightWide = ratioLabel(r.ToIdeal)
+	return b, why
 }
 
 // tailBar is a latency bar: p50 with a line to p99.
@@ -465,13 +469,8 @@ func semaphoreFacet() facet {
 			"fenced, expiring or session-bound), the two alternating slice by slice. Bars: grants/s, median over the rounds with its "+
 			"interval. The black tick is the ideal, N/hold: every permit always held, handed over in no time. The right-hand column is "+
 			"the rate over the ideal, paired per round. Higher is better.", SemClients, SemPermits),
-		rows: func(r *Row) bool { return r.Workload == Semaphore },
-		toBar: func(r *Row) (chartBar, string) {
-			b, why := intervalBar(r.Rate, perSec)
-			b.Mark = Med(r.Ideal)
-			b.Right, b.RightWide = ratioLabel(r.ToIdeal)
-			return b, why
-		},
+		rows:      func(r *Row) bool { return r.Workload == Semaphore },
+		toBar:     idealRateBar,
 		desc:      true,
 		axis:      "grants/s, higher is better",
 		format:    rateTick,
