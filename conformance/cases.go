@@ -324,84 +324,62 @@ func caseOneWinner(c *caseT) {
 		lockers[i] = c.Locker()
 	}
 	for round := range 3 {
-		name := c.Name(fmt.Sprintf("race%d", round))
-		start := make(chan struct{})
-		var (
-			mu      sync.Mutex
-			winners []*dlock.Lease
-			others  []error
-		)
-		ctx, cancel := c.withTimeout(c.fast() + 2*time.Second)
-		var wg sync.WaitGroup
-		for i := range n {
-			l := lockers[i%nLockers]
-			wg.Go(func() {
-				<-start
-				// holdOpts: a winner whose keep-alive starves while 100
-				// calls share the pool must not expire within the round.
-				ls, err := l.TryAcquire(ctx, name, c.holdOpts())
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					winners = append(winners, ls)
-				case !errors.Is(err, dlock.ErrNotAcquired):
-					others = append(others, err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		cancel()
-		if len(winners) != 1 {
-			c.Errorf("round %d: %d of %d concurrent TryAcquire calls succeeded, want exactly 1", round, len(winners), n)
+		// holdOpts: a winner whose keep-alive starves while 100 calls
+		// share the pool must not expire within the round.
+		winners, others := c.raceTryAcquire(c.Name(fmt.Sprintf("race%d", round)), n, func(i int) *dlock.Locker { return lockers[i%nLockers] })
+		if winners != 1 {
+			c.Errorf("round %d: %d of %d concurrent TryAcquire calls succeeded, want exactly 1", round, winners, n)
 		}
 		if len(others) > 0 {
 			c.Errorf("round %d: %d TryAcquire calls failed with something other than ErrNotAcquired, e.g. %v", round, len(others), others[0])
 		}
-		for _, ls := range winners {
-			c.release(ls, "winner")
-		}
 	}
+}
+
+// raceTryAcquire starts n TryAcquire calls of name at once, the i-th on
+// locker(i), and releases the winners once all have returned. It returns
+// how many won and the errors other than ErrNotAcquired.
+func (c *caseT) raceTryAcquire(name string, n int, locker func(int) *dlock.Locker) (winners int, others []error) {
+	start := make(chan struct{})
+	var (
+		mu  sync.Mutex
+		won []*dlock.Lease
+	)
+	ctx, cancel := c.withTimeout(c.fast() + 2*time.Second)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := locker(i)
+		wg.Go(func() {
+			<-start
+			ls, err := l.TryAcquire(ctx, name, c.holdOpts())
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won = append(won, ls)
+			case !errors.Is(err, dlock.ErrNotAcquired):
+				others = append(others, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	cancel()
+	for _, ls := range won {
+		c.release(ls, "winner")
+	}
+	return len(won), others
 }
 
 func caseSameLockerContention(c *caseT) {
 	l := c.Locker()
 	for round := range 3 {
-		name := c.Name(fmt.Sprintf("siblings%d", round))
-		start := make(chan struct{})
-		var (
-			mu      sync.Mutex
-			winners []*dlock.Lease
-			others  []error
-		)
-		ctx, cancel := c.withTimeout(c.fast() + 2*time.Second)
-		var wg sync.WaitGroup
-		for range 10 {
-			wg.Go(func() {
-				<-start
-				ls, err := l.TryAcquire(ctx, name, c.holdOpts())
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					winners = append(winners, ls)
-				case !errors.Is(err, dlock.ErrNotAcquired):
-					others = append(others, err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		cancel()
-		if len(winners) != 1 {
-			c.Errorf("round %d: %d of 10 concurrent TryAcquire calls of one Locker succeeded, want exactly 1", round, len(winners))
+		winners, others := c.raceTryAcquire(c.Name(fmt.Sprintf("siblings%d", round)), 10, func(int) *dlock.Locker { return l })
+		if winners != 1 {
+			c.Errorf("round %d: %d of 10 concurrent TryAcquire calls of one Locker succeeded, want exactly 1", round, winners)
 		}
 		if len(others) > 0 {
 			c.Errorf("round %d: %d TryAcquire calls failed with something other than ErrNotAcquired, e.g. %v", round, len(others), others[0])
-		}
-		for _, ls := range winners {
-			c.release(ls, "winner")
 		}
 	}
 
