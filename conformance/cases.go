@@ -706,6 +706,9 @@ func (c *caseT) handOver(ls *dlock.Lease, b, o *dlock.Locker, name string) {
 	}
 }
 
+// restartBound is how long the harness may take to restart the servers.
+const restartBound = 2 * time.Minute
+
 func caseFencing(c *caseT) {
 	ls := []*dlock.Locker{c.Locker(), c.Locker(), c.Locker()}
 	name := c.Name("fence")
@@ -757,7 +760,13 @@ func caseFencing(c *caseT) {
 	case !ok:
 		c.Notef("part skipped: the harness has no Restarter hook")
 	default:
-		if err := rs.RestartServer(c.ctx); err != nil {
+		// Bounded: a server that does not come back (its port taken
+		// while it was down, a slow machine) fails the case with the
+		// harness's reason instead of hanging it until the watchdog.
+		rctx, rcancel := c.withTimeout(restartBound)
+		err := rs.RestartServer(rctx)
+		rcancel()
+		if err != nil {
 			c.Fatalf("harness RestartServer: %v", err)
 		}
 		l := c.Locker()
