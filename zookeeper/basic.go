@@ -30,6 +30,9 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 	data := []byte(guid + "\n" + req.Owner)
 	var bo backoff
 	defer func() { err = l.wrapErr(err) }()
+	if err := l.knownParent(ctx, parent, false); err != nil {
+		return nil, err
+	}
 	for {
 		sid := l.conn.SessionID()
 		mr, gr := l.basicSend(parent, path, data)

@@ -202,6 +202,9 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 	var bo backoff
 	for {
 		if a.node == "" && !a.unknown {
+			if err := l.knownParent(ctx, a.parent, true); err != nil {
+				return view{}, err
+			}
 			sid := c.SessionID()
 			cr := a.create()
 			var r result[created]
@@ -228,6 +231,7 @@ func (a *attempt) enqueue(ctx context.Context) (view, error) {
 					return view{alone: true}, nil
 				}
 			case errors.Is(r.err, zk.ErrNoNode):
+				// The server deleted the empty parent since we saw it.
 				if err := l.ensureParents(ctx, a.parent, true); err != nil {
 					return view{}, err
 				}

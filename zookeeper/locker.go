@@ -105,6 +105,8 @@ type locker struct {
 	cfg  config
 	s    *session
 
+	parents parentSet // parent nodes known to exist
+
 	done chan struct{} // closed by Close
 	once sync.Once
 	wg   sync.WaitGroup

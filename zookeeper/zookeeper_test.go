@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -455,4 +456,53 @@ func TestDigestAuth(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
 		t.Errorf("open of an unreachable server: %v (must fail without showing the password)", err)
 	}
+}
+
+// TestFreshNameCostsOneTransactionMore: the first lock of a name never
+// used before costs exactly one server transaction more than a lock of a
+// name in use (its parent's create), not a failed create besides (which
+// the server logs as a transaction, and pays a round trip for). zxids
+// count the transactions; the smallest of a few tries is taken, so that
+// another session's write in between does not count.
+func TestFreshNameCostsOneTransactionMore(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		l := open(t, srv.URL, prefix, "recipe="+recipe)
+		ctx := testenv.Context(t, 30*time.Second)
+		use := func(name string) {
+			ls, err := l.Acquire(ctx, name, nil)
+			if err != nil {
+				t.Fatalf("acquire %q: %v", name, err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatalf("release %q: %v", name, err)
+			}
+		}
+		use("warm") // the prefix (and the probe's parent) exist from here on
+		probe := prefix + "-probe"
+		if _, err := admin.Create(probe, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(probe, -1) })
+		zxid := func() int64 {
+			st, err := admin.Set(probe, nil, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Mzxid
+		}
+		txns := func(name func(i int) string) int64 {
+			best := int64(math.MaxInt64)
+			for i := range 3 {
+				before := zxid()
+				use(name(i))
+				best = min(best, zxid()-before-1) // -1: the probe's own write
+			}
+			return best
+		}
+		reused := txns(func(int) string { return "warm" })
+		fresh := txns(func(i int) string { return fmt.Sprintf("fresh%d", i) })
+		if fresh != reused+1 {
+			t.Errorf("acquire+release: %d transactions on a fresh name, %d on a name in use; want exactly one more (the parent)", fresh, reused)
+		}
+	})
 }
