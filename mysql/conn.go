@@ -64,6 +64,9 @@ func (p *pool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
 // session variables and, for some, a transaction.
 func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
 	if len(stmts) == 1 {
+		if handled, found, err := runTagged(ctx, p.db, stmts[0], dest); handled {
+			return found, err
+		}
 		return scan(p.db.QueryRowContext(ctx, stmts[0].SQL, stmts[0].Args...), dest)
 	}
 	c, err := p.Pin(ctx)
