@@ -437,30 +437,45 @@ func nativeKey(t sqllock.Table, r sqllock.Req) string {
 	return lockKey(r.Name)
 }
 
-// VersionAcquire takes the lease in one autocommitted UPDATE, which
-// moves the row's fence on (nextFence) and returns it through
-// LAST_INSERT_ID; the SELECT that follows reads it, or (not granted) the
-// holder's remaining lease, and returns no row when name has no row yet.
+// VersionAcquire takes the lease in one autocommitted statement, which
+// also creates name's row the first time (a fresh name costs no more than
+// a known one): the INSERT's values grant a new row, its token the
+// server's clock in microseconds; on an existing row each column is
+// assigned only when the lease is free or expired (expires_at, assigned
+// last, is still the old one while the others are), and the fence moves
+// on (nextFence). The token travels in the OK packet (grantTag): the
+// statement's last LAST_INSERT_ID(expr), set to 0 when the row was held.
+// Not granted, it changes nothing; the holder's remaining lease is not
+// read (the caller's backoff is shorter than a lease anyway).
 func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	const free = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))"
+	expires := "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
+	ttl := sqllock.Micros(r.TTL)
 	return []sqllock.Stmt{
-		sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
-			" WHERE name = ? AND (expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))", r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Name),
-		sqllock.S("SELECT IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL), IF(ROW_COUNT() = 1, NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) FROM "+t.Q+" WHERE name = ?", r.Name),
+		sqllock.S(grantTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, expires_at, session)"+
+			" VALUES (?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), "+expires+", ?) ON DUPLICATE KEY UPDATE"+
+			" fence = IF("+free+", LAST_INSERT_ID("+nextFence+"), fence + LAST_INSERT_ID(0)),"+
+			" owner = IF("+free+", ?, owner),"+
+			" acquired_at = IF("+free+", UTC_TIMESTAMP(6), acquired_at),"+
+			" session = IF("+free+", ?, session),"+
+			" expires_at = IF("+free+", "+expires+", expires_at)",
+			r.Name, r.Owner, ttl, r.Nonce, r.Owner, r.Nonce, ttl),
 	}
 }
 
+// VersionRefresh moves the expiry on in one statement; the rows it
+// changed say whether the lease was still held (changedTag).
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{
-		sqllock.S("UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
+		sqllock.S(changedTag+"UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
 			sqllock.Micros(r.TTL), r.Name, r.Token),
-		sqllock.S("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
 	}
 }
 
+// VersionRelease frees the lease in one statement, as VersionRefresh.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{
-		sqllock.S("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
-		sqllock.S("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+		sqllock.S(changedTag+"UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
 	}
 }
 
