@@ -299,18 +299,21 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// names this server (Recover; else the token is 0), and the
 		// grant written to the row for Inspect to read dirty. The
 		// release rolls it all back: nothing is committed, nothing
-		// flushed.
+		// flushed. Five statements, no session variable to reset: MAX()
+		// sets @dlock_f on every run (NULL: no row); the UPDATE, whose
+		// ROW_COUNT() is the INSERT's while it runs, writes the row only
+		// when a token was taken, and the SELECT's ROW_COUNT() is the
+		// UPDATE's (the fence always changes: a counter value is new).
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
 		return []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
-			sqllock.S("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
+			sqllock.S("SELECT MAX(fence) INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
 			sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_f IS NOT NULL AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
-			sqllock.S("SET @dlock_t = IF(@dlock_f IS NULL, NULL, IF(ROW_COUNT() = 1, LAST_INSERT_ID(), 0))"),
-			sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t > 0",
+			sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID(), owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND ROW_COUNT() = 1",
 				r.Owner, r.Name),
-			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL")}
+			sqllock.S("SELECT IF(ROW_COUNT() = 1, LAST_INSERT_ID(), 0) FROM DUAL WHERE @dlock_f IS NOT NULL")}
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
