@@ -144,8 +144,8 @@ func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool
 }
 
 // settings makes the session's timeouts a setting per connection on a
-// pool the driver owns: sessionSQL becomes resetSQL when the session has
-// its values already, and leaseRestore is skipped while they are known.
+// pool the driver owns: sessionSQL is skipped when the session has its
+// values already, and so is leaseRestore while they are known.
 // Any other statement that sets a SESSION variable makes them unknown.
 func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
 	out := make([]sqllock.Stmt, 0, len(stmts))
@@ -153,7 +153,6 @@ func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
 		switch {
 		case s.SQL == sessionSQL:
 			if c.p.owned && slices.Equal(c.ses.set, s.Args) {
-				out = append(out, sqllock.S(resetSQL))
 				continue
 			}
 			c.ses.set = s.Args

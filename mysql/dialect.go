@@ -210,15 +210,13 @@ func session(r sqllock.Req) sqllock.Stmt {
 }
 
 // sessionSQL is session's statement. A connection of a pool the driver
-// owns (conn.Run) skips it, running resetSQL instead, when the session
-// already has the values it sets: the forupdate release there does not
-// put the session's timeouts back (leaseRestore), so they are set once
-// per connection while the TTL and the wait stay the same.
+// owns (conn.Run) skips it when the session already has the values it
+// sets: the forupdate release there does not put the session's timeouts
+// back (leaseRestore), so they are set once per connection while the
+// TTL and the wait stay the same. Nothing may follow it that relies on
+// it but the timeouts.
 const sessionSQL = "SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout)," +
-	" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL"
-
-// resetSQL is what remains of sessionSQL when the session has its values.
-const resetSQL = "SET @dlock_t = NULL, @dlock_f = NULL"
+	" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?"
 
 // Server limits (MySQL 8 and MariaDB on Linux clamp a larger value to
 // them; MySQL 8 allows innodb_lock_wait_timeout up to 1073741824, MariaDB
