@@ -64,6 +64,9 @@ func (p *pool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
 // session variables and, for some, a transaction.
 func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
 	if len(stmts) == 1 {
+		if handled, found, err := runTagged(ctx, p.db, stmts[0], dest); handled {
+			return found, err
+		}
 		return scan(p.db.QueryRowContext(ctx, stmts[0].SQL, stmts[0].Args...), dest)
 	}
 	c, err := p.Pin(ctx)
@@ -141,8 +144,8 @@ func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool
 }
 
 // settings makes the session's timeouts a setting per connection on a
-// pool the driver owns: sessionSQL becomes resetSQL when the session has
-// its values already, and leaseRestore is skipped while they are known.
+// pool the driver owns: sessionSQL is skipped when the session has its
+// values already, and so is leaseRestore while they are known.
 // Any other statement that sets a SESSION variable makes them unknown.
 func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
 	out := make([]sqllock.Stmt, 0, len(stmts))
@@ -150,7 +153,6 @@ func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
 		switch {
 		case s.SQL == sessionSQL:
 			if c.p.owned && slices.Equal(c.ses.set, s.Args) {
-				out = append(out, sqllock.S(resetSQL))
 				continue
 			}
 			c.ses.set = s.Args

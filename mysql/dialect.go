@@ -210,15 +210,13 @@ func session(r sqllock.Req) sqllock.Stmt {
 }
 
 // sessionSQL is session's statement. A connection of a pool the driver
-// owns (conn.Run) skips it, running resetSQL instead, when the session
-// already has the values it sets: the forupdate release there does not
-// put the session's timeouts back (leaseRestore), so they are set once
-// per connection while the TTL and the wait stay the same.
+// owns (conn.Run) skips it when the session already has the values it
+// sets: the forupdate release there does not put the session's timeouts
+// back (leaseRestore), so they are set once per connection while the
+// TTL and the wait stay the same. Nothing may follow it that relies on
+// it but the timeouts.
 const sessionSQL = "SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), @dlock_lw = IFNULL(@dlock_lw, @@SESSION.innodb_lock_wait_timeout)," +
-	" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?, @dlock_t = NULL, @dlock_f = NULL"
-
-// resetSQL is what remains of sessionSQL when the session has its values.
-const resetSQL = "SET @dlock_t = NULL, @dlock_f = NULL"
+	" SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?"
 
 // Server limits (MySQL 8 and MariaDB on Linux clamp a larger value to
 // them; MySQL 8 allows innodb_lock_wait_timeout up to 1073741824, MariaDB
@@ -299,18 +297,21 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// names this server (Recover; else the token is 0), and the
 		// grant written to the row for Inspect to read dirty. The
 		// release rolls it all back: nothing is committed, nothing
-		// flushed.
+		// flushed. Five statements, no session variable to reset: MAX()
+		// sets @dlock_f on every run (NULL: no row); the UPDATE, whose
+		// ROW_COUNT() is the INSERT's while it runs, writes the row only
+		// when a token was taken, and the SELECT's ROW_COUNT() is the
+		// UPDATE's (the fence always changes: a counter value is new).
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
 		return []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
-			sqllock.S("SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
+			sqllock.S("SELECT MAX(fence) INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
 			sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_f IS NOT NULL AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
-			sqllock.S("SET @dlock_t = IF(@dlock_f IS NULL, NULL, IF(ROW_COUNT() = 1, LAST_INSERT_ID(), 0))"),
-			sqllock.S("UPDATE "+t.Q+" SET fence = @dlock_t, owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND @dlock_t > 0",
+			sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID(), owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND ROW_COUNT() = 1",
 				r.Owner, r.Name),
-			sqllock.S("SELECT @dlock_t FROM DUAL WHERE @dlock_t IS NOT NULL")}
+			sqllock.S("SELECT IF(ROW_COUNT() = 1, LAST_INSERT_ID(), 0) FROM DUAL WHERE @dlock_f IS NOT NULL")}
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
@@ -437,30 +438,45 @@ func nativeKey(t sqllock.Table, r sqllock.Req) string {
 	return lockKey(r.Name)
 }
 
-// VersionAcquire takes the lease in one autocommitted UPDATE, which
-// moves the row's fence on (nextFence) and returns it through
-// LAST_INSERT_ID; the SELECT that follows reads it, or (not granted) the
-// holder's remaining lease, and returns no row when name has no row yet.
+// VersionAcquire takes the lease in one autocommitted statement, which
+// also creates name's row the first time (a fresh name costs no more than
+// a known one): the INSERT's values grant a new row, its token the
+// server's clock in microseconds; on an existing row each column is
+// assigned only when the lease is free or expired (expires_at, assigned
+// last, is still the old one while the others are), and the fence moves
+// on (nextFence). The token travels in the OK packet (grantTag): the
+// statement's last LAST_INSERT_ID(expr), set to 0 when the row was held.
+// Not granted, it changes nothing; the holder's remaining lease is not
+// read (the caller's backoff is shorter than a lease anyway).
 func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	const free = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))"
+	expires := "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
+	ttl := sqllock.Micros(r.TTL)
 	return []sqllock.Stmt{
-		sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, session = ?"+
-			" WHERE name = ? AND (expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))", r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Name),
-		sqllock.S("SELECT IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL), IF(ROW_COUNT() = 1, NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) FROM "+t.Q+" WHERE name = ?", r.Name),
+		sqllock.S(grantTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, expires_at, session)"+
+			" VALUES (?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), "+expires+", ?) ON DUPLICATE KEY UPDATE"+
+			" fence = IF("+free+", LAST_INSERT_ID("+nextFence+"), fence + LAST_INSERT_ID(0)),"+
+			" owner = IF("+free+", ?, owner),"+
+			" acquired_at = IF("+free+", UTC_TIMESTAMP(6), acquired_at),"+
+			" session = IF("+free+", ?, session),"+
+			" expires_at = IF("+free+", "+expires+", expires_at)",
+			r.Name, r.Owner, ttl, r.Nonce, r.Owner, r.Nonce, ttl),
 	}
 }
 
+// VersionRefresh moves the expiry on in one statement; the rows it
+// changed say whether the lease was still held (changedTag).
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{
-		sqllock.S("UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
+		sqllock.S(changedTag+"UPDATE "+t.Q+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)",
 			sqllock.Micros(r.TTL), r.Name, r.Token),
-		sqllock.S("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
 	}
 }
 
+// VersionRelease frees the lease in one statement, as VersionRefresh.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{
-		sqllock.S("UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
-		sqllock.S("SELECT TRUE FROM DUAL WHERE ROW_COUNT() = 1"),
+		sqllock.S(changedTag+"UPDATE "+t.Q+" SET expires_at = NULL WHERE name = ? AND fence = ? AND expires_at > UTC_TIMESTAMP(6)", r.Name, r.Token),
 	}
 }
 
