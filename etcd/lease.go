@@ -22,7 +22,10 @@ type lease struct {
 	key string
 	rev int64
 	ttl int64 // seconds
-	at  time.Time
+	// at is the grant time: a local time from which the server holds the
+	// etcd lease a whole TTL at least (the start of the grant or renewal
+	// that began it, or with the spare second a later one, spares.go).
+	at time.Time
 
 	lost     chan struct{}
 	lostOnce sync.Once
