@@ -28,23 +28,36 @@ type attempt struct {
 	permits int    // 0 for a lock; a semaphore's N
 	ttl     int64  // seconds
 
-	start time.Time // start of the lease grant request
-	id    clientv3.LeaseID
+	start   time.Time // the grant time of enqueue's grant (see lease.at)
+	renewed time.Time // start of the etcd lease's last successful grant or renewal
+	id      clientv3.LeaseID
 	key   string
 	rev   int64 // our key's create revision: the fencing token once granted
+
+	// pred is a lock's predecessor as enqueue's transaction read it (the
+	// key with the greatest create revision below ours), nil when unknown
+	// or none: wait watches it without a look of its own.
+	pred *mvccpb.KeyValue
 }
 
 // enqueue takes a spare etcd lease of the TTL (or grants one) and
 // creates the key under it in one transaction that also reads the lowest
 // create revision of the queue (etcd's concurrency.Mutex recipe). A spare
-// is renewed at the same time, both requests in flight together, so that
-// the server holds the lease a whole TTL from the acquisition's start: one
-// round trip's time with a spare. It returns the queue's range that
-// decides the grant (see queueOp).
+// renewed within the reuse window (the spare second, spares.go) is taken as it is:
+// the server holds it a whole TTL from now already. Another is renewed at
+// the same time, both requests in flight together, so that the server
+// holds the lease a whole TTL from the acquisition's start: one round
+// trip's time with a spare either way. It returns the queue's range that
+// decides the grant (see queueOp). For a lock, the transaction also reads
+// the predecessor (enqueueOps), which a waiter then watches.
 func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, error) {
 	var renewed chan time.Time
 	if sp, ok := a.l.spares.take(a.ttl); ok {
 		a.id = sp.id
+		a.start, a.renewed = time.Now(), sp.renewed
+	}
+	if a.id != 0 && a.start.Sub(a.renewed) >= reuseWindow(a.ttl) {
+		sp := spare{id: a.id, renewed: a.renewed}
 		renewed = make(chan time.Time, 1)
 		go func() {
 			start := time.Now()
@@ -53,22 +66,24 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 			}
 			renewed <- start
 		}()
-	} else {
+	}
+	if a.id == 0 {
 		a.start = time.Now()
-		g, err := a.l.cli.Grant(ctx, a.ttl)
+		g, err := a.l.cli.Grant(ctx, leaseSeconds(a.ttl))
 		if err != nil {
 			return nil, err
 		}
-		a.id = g.ID
+		a.id, a.renewed = g.ID, a.start
 	}
 	a.key = layout.EtcdKey(a.queue, int64(a.id))
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
-		Then(clientv3.OpPut(a.key, a.value, clientv3.WithLease(a.id)), a.queueOp()).
+		Then(a.enqueueOps()...).
 		Else(clientv3.OpGet(a.key), a.queueOp()).
 		Commit()
 	if renewed != nil {
 		a.start = <-renewed
+		a.renewed = a.start
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		a.id = 0 // a spare that expired behind our back: none to revoke
@@ -88,7 +103,27 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	if len(q.Kvs) == 0 {
 		return nil, errRequeue // our key is gone already (revoked)
 	}
+	if resp.Succeeded && a.permits == 0 {
+		// Our key is the newest (created by this transaction): the
+		// second newest is the predecessor.
+		if p := resp.Responses[2].GetResponseRange().Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
+			a.pred = p[1]
+		}
+	}
 	return q, nil
+}
+
+// enqueueOps are enqueue's operations when our key is absent: create it,
+// read what decides the grant and, for a lock, the two newest keys of
+// the queue (ours and its predecessor).
+func (a *attempt) enqueueOps() []clientv3.Op {
+	put := clientv3.OpPut(a.key, a.value, clientv3.WithLease(a.id))
+	if a.permits > 0 {
+		return []clientv3.Op{put, a.queueOp()}
+	}
+	newest := clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithLimit(2), clientv3.WithKeysOnly())
+	return []clientv3.Op{put, a.queueOp(), newest}
 }
 
 // queueOp reads, in enqueue's transaction, what decides the grant: a
@@ -144,17 +179,17 @@ func (a *attempt) abandon() {
 			Commit()
 		cancel()
 		if err == nil && resp.Succeeded {
-			a.l.spares.put(spare{id: id, ttl: a.ttl, renewed: a.start})
+			a.l.spares.put(spare{id: id, ttl: a.ttl, renewed: a.renewed})
 			return
 		}
 	}
 	a.l.revoke(id)
 }
 
-// grant makes the lease of a granted attempt; at is a local time at or
-// before the server last started the etcd lease's TTL.
+// grant makes the lease of a granted attempt; at is its grant time (see
+// lease.at).
 func (a *attempt) grant(at time.Time) *lease {
-	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: at, lost: make(chan struct{})}
+	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: a.renewed, lost: make(chan struct{})}
 	ls.watch()
 	return ls
 }
@@ -174,10 +209,13 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 	// grant, not two).
 	deleted := false
 	for {
-		var resp *clientv3.GetResponse
-		if !deleted {
-			var err error
-			resp, err = a.l.cli.Get(ctx, a.queue,
+		var pred *mvccpb.KeyValue
+		switch {
+		case deleted:
+		case a.pred != nil:
+			pred, a.pred = a.pred, nil // enqueue read it
+		default:
+			resp, err := a.l.cli.Get(ctx, a.queue,
 				append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
 			if err != nil {
 				if err := pause(); err != nil {
@@ -185,8 +223,11 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 				}
 				continue
 			}
+			if len(resp.Kvs) > 0 {
+				pred = resp.Kvs[0]
+			}
 		}
-		if deleted || len(resp.Kvs) == 0 {
+		if pred == nil {
 			deleted = false
 			ls, lowest, err := a.grantWaited(ctx)
 			switch {
@@ -203,7 +244,7 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			}
 			continue
 		}
-		gone, err := a.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Kvs[0].CreateRevision, tick.C)
+		gone, err := a.waitDelete(ctx, string(pred.Key), pred.CreateRevision, tick.C)
 		if err != nil {
 			return nil, err
 		}
@@ -286,10 +327,14 @@ func (a *attempt) pause(ctx context.Context, tick <-chan time.Time) error {
 func (a *attempt) keepAlive(ctx context.Context) error {
 	kctx, cancel := context.WithTimeout(ctx, time.Duration(a.ttl)*time.Second/3)
 	defer cancel()
+	start := time.Now()
 	_, err := a.l.renewer.renew(kctx, a.id)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		a.abandon()
 		return errRequeue
+	}
+	if err == nil {
+		a.renewed = start
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -306,25 +351,34 @@ func (a *attempt) keepAlive(ctx context.Context) error {
 // succeed: the key was there at the transaction, and its lease was alive
 // at the renewal (an expired lease never comes back, and takes its keys
 // with it), so the server holds both a whole TTL from the renewal's start,
-// which is the grant time. lowest is false when a key below ours appeared
-// (the caller waits again).
+// which is the grant time. A lease renewed within the reuse window (the
+// spare second, spares.go) is not renewed again: the server holds it a whole TTL from
+// now already, and our key, found by the transaction, says it was neither
+// revoked nor expired. lowest is false when a key below ours appeared (the
+// caller waits again).
 func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool, _ error) {
 	at := time.Now()
-	renewed := make(chan error, 1)
-	go func() {
-		_, err := a.l.renewer.renew(ctx, a.id)
-		renewed <- err
-	}()
+	var renewed chan error
+	if at.Sub(a.renewed) >= reuseWindow(a.ttl) {
+		renewed = make(chan error, 1)
+		go func() {
+			_, err := a.l.renewer.renew(ctx, a.id)
+			renewed <- err
+		}()
+	}
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
 		Then(a.aheadOp()).
 		Commit()
-	if rerr := <-renewed; rerr != nil {
-		if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
-			a.abandon()
-			return nil, false, errRequeue
+	if renewed != nil {
+		if rerr := <-renewed; rerr != nil {
+			if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+				a.abandon()
+				return nil, false, errRequeue
+			}
+			return nil, false, rerr
 		}
-		return nil, false, rerr
+		a.renewed = at
 	}
 	if err != nil {
 		return nil, false, err

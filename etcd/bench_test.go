@@ -2,6 +2,12 @@ package etcd
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,4 +99,92 @@ func BenchmarkUncontended(b *testing.B) {
 			b.ReportMetric(float64(d)/float64(m), "dlock/mutex")
 		})
 	}
+}
+
+// BenchmarkRequests counts the requests the server handles per grant (from
+// its /metrics: unary calls and stream messages by gRPC method), exact
+// figures where times are noisy: uncontended acquire+release by one
+// Locker (TTL 10s), and a handoff of 8 Lockers each holding 1ms (the
+// dlockbench workload "handoff w=8 hold=1ms"). Run with e.g.
+//
+//	go test -run '^$' -bench Requests -benchtime 400x ./
+func BenchmarkRequests(b *testing.B) {
+	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
+	for _, w := range []int{1, 8} {
+		b.Run(fmt.Sprintf("lockers=%d", w), func(b *testing.B) {
+			ctx := testenv.Context(b, 10*time.Minute)
+			prefix := fmt.Sprintf("/dlockbench-req/%d", time.Now().UnixNano())
+			opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+			hold := time.Duration(0)
+			if w > 1 {
+				hold = time.Millisecond
+			}
+			lockers := make([]*dlock.Locker, w)
+			for i := range lockers {
+				l, err := dlock.Open(ctx, srv.URL+prefix)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				lockers[i] = l
+			}
+			before := etcdRequests(b, srv.Addr)
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			for _, l := range lockers {
+				wg.Go(func() {
+					for left.Add(-1) >= 0 {
+						ls, err := l.Acquire(ctx, "r", opts)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						time.Sleep(hold)
+						if err := ls.Release(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			after := etcdRequests(b, srv.Addr)
+			total := 0.0
+			for m, n := range after {
+				if d := n - before[m]; d > 0 && m != "Status" {
+					b.ReportMetric(d/float64(b.N), m+"/grant")
+					total += d
+				}
+			}
+			b.ReportMetric(total/float64(b.N), "requests/grant")
+		})
+	}
+}
+
+// etcdRequests reads the server's counts of unary calls and stream
+// messages received, by gRPC method.
+func etcdRequests(b *testing.B, addr string) map[string]float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "grpc_server_msg_received_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `grpc_method="`)
+		method, rest, _ := strings.Cut(rest, `"`)
+		_, val, _ := strings.Cut(rest, "} ")
+		n, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		counts[method] += n
+	}
+	return counts
 }

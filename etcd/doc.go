@@ -34,7 +34,8 @@
 // # Keys
 //
 // Each attempt to acquire a name is one key, under an etcd lease of its
-// own whose TTL is the lease's (rounded up to whole seconds):
+// own whose TTL is the lease's (rounded up to whole seconds, plus one
+// from 10s up: see below):
 //
 //	<prefix>/<escaped name>/<etcd lease id, 16 hex digits>   value: the Owner of the request
 //
@@ -61,20 +62,27 @@
 //     deleted, kept alive without keys for the next acquisition (at most 8
 //     per TTL, each for 30s unused) and renewed in the same round trip as
 //     the transaction, so that the server holds it a whole TTL from the
-//     acquisition's start; otherwise the attempt grants one first. A lease
+//     acquisition's start; otherwise the attempt grants one first. From a
+//     TTL of 10s up, the etcd lease lasts a second more than the TTL, and
+//     a spare renewed less than 0.9s ago is not renewed again: the server
+//     holds it a whole TTL from the acquisition's start already. A lease
 //     is never shared: one that nobody refreshes expires after its TTL
 //     whatever the Locker's other leases do (concurrency.Mutex shares one
 //     session lease between every lock, which a lease without keep-alive
 //     cannot).
 //   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair)
 //     and each watches only its predecessor, the key with the greatest
-//     create revision below its own, so a release wakes one waiter. While
+//     create revision below its own (read by the transaction that created
+//     its key), so a release wakes one waiter. While
 //     it waits, a waiter renews its etcd lease every third of the TTL.
 //   - After waiting, the grant renews the etcd lease (a lease that expired
 //     while its owner waited fails here, and the attempt queues again with
 //     a new lease) and then checks, in one transaction, that its key still
 //     exists with its create revision and is the lowest of the queue. The
-//     lease's local deadline counts from the start of that renewal.
+//     lease's local deadline counts from the start of that renewal. A
+//     waiter whose etcd lease has the extra second and was renewed less
+//     than 0.9s ago skips the renewal: its key, still there, proves the
+//     lease alive, and the server holds it a whole TTL from the grant.
 //   - The fencing token is the create revision of the holder's key: etcd's
 //     global revision, which never goes back (across restarts, compactions
 //     and leader changes), so tokens of successive holders strictly
@@ -82,7 +90,7 @@
 //     acknowledged writes, and with them revisions already handed out.
 //   - Renewals go over one keep-alive stream per Locker. Refresh renews the
 //     etcd lease and checks that the key is still there; a lease the server
-//     dropped is ErrNotHeld. A watch on the holder's key, from 1ms after
+//     dropped is ErrNotHeld. A watch on the holder's key, from 100ms after
 //     the grant, reports a loss (its deletion) at once, before the next
 //     renewal would.
 //   - Release deletes the key only if it still has its create revision
@@ -94,7 +102,8 @@
 //     context bounded to 5s. A holder that dies frees the lock when
 //     its etcd lease expires: the TTL after its last renewal, rounded up to
 //     whole seconds, plus up to 500ms (the server's lessor looks for
-//     expired leases twice a second). A leader change renews every lease on
+//     expired leases twice a second), and up to one more second from a TTL
+//     of 10s up. A leader change renews every lease on
 //     the server, which may keep a dead holder's lock longer.
 //
 // # Semaphores

@@ -22,7 +22,10 @@ type lease struct {
 	key string
 	rev int64
 	ttl int64 // seconds
-	at  time.Time
+	// at is the grant time: a local time from which the server holds the
+	// etcd lease a whole TTL at least (the start of the grant or renewal
+	// that began it, or with the spare second a later one, spares.go).
+	at time.Time
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -47,9 +50,14 @@ func (ls *lease) markLost() { ls.lostOnce.Do(func() { close(ls.lost) }) }
 
 // watchAfter is how long a lease is held before its key is watched: a
 // lock held for less (most are) costs no watch, and one held longer learns
-// of its loss from the watch within a millisecond plus a round trip, or
-// from the next refresh (a third of the TTL) at the latest.
-const watchAfter = time.Millisecond
+// of a loss behind its back (a revoke, a deleted key) from the watch
+// within watchAfter plus a round trip, or from the next refresh (a third
+// of the TTL) at the latest. Safety does not rest on it: Done closes at
+// the local deadline whatever the watch sees. It was a millisecond, which
+// made every lock held a few milliseconds (a handoff's holder) open and
+// cancel a watch: a tenth of a second keeps the notice of a loss prompt
+// at the cost of no request for the short holds.
+const watchAfter = 100 * time.Millisecond
 
 // watch reports the lease lost as soon as our key is deleted behind our
 // back (the etcd lease expired or was revoked, an operator deleted it):

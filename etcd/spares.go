@@ -213,3 +213,40 @@ func (l *locker) background(f func()) bool {
 	}()
 	return true
 }
+
+// The spare second. An etcd lease for a TTL of spareSecondFrom seconds or
+// more is granted one second longer than the TTL (etcd leases are whole
+// seconds): renewed at r, the server holds it until r + TTL + 1s at the
+// earliest, so for reuseWindow after r it holds it a whole TTL from now
+// already, and an acquisition in that window needs no renewal (a spare
+// taken, a waiter granted). The grant time it reports is the
+// acquisition's start: the etcd lease of TTL + 1s the server began at r
+// or later is a lease of the TTL begun at r + 1s or later. The window is
+// a second less reuseMargin, which covers a server clock that runs up to
+// 10% fast over that second (the portable layer's drift margin covers
+// the TTL itself). The price: a dead holder's lock outlives its TTL by up
+// to one more second, a tenth of the TTL at most, hence the threshold;
+// shorter TTLs keep leases of exactly the TTL and renew at each
+// acquisition.
+const (
+	spareSecondFrom = 10 // seconds
+	reuseMargin     = 100 * time.Millisecond
+)
+
+// leaseSeconds is the TTL of the etcd lease for a TTL of ttl seconds.
+func leaseSeconds(ttl int64) int64 {
+	if ttl >= spareSecondFrom {
+		return ttl + 1
+	}
+	return ttl
+}
+
+// reuseWindow is how long after the start of its last renewal an etcd
+// lease for a TTL of ttl seconds still holds a whole TTL: zero without
+// the spare second.
+func reuseWindow(ttl int64) time.Duration {
+	if ttl >= spareSecondFrom {
+		return time.Second - reuseMargin
+	}
+	return 0
+}

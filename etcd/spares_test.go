@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -98,5 +99,117 @@ func waitLeases(t *testing.T, ctx context.Context, addr string, n int, when stri
 			t.Fatalf("%s: the server has %d leases, want at most %d", when, len(r.Leases), n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSpareSecond: with the spare second (a TTL of 10s or more), an
+// acquisition that skips the renewal (a spare renewed less than
+// reuseWindow ago, a waiter's lease likewise) finds the server holding the
+// etcd lease a whole TTL from its grant; so does one that renews (a spare
+// older than the window). The server reports the time left in whole
+// seconds, rounded down: a round whose look comes more than 50ms after the
+// acquisition's start proves nothing and is tried again.
+func TestSpareSecond(t *testing.T) {
+	s := testenv.NewEtcd(t, nil)
+	ctx := testenv.Context(t, 2*time.Minute)
+	prefix := fmt.Sprintf("/dlocktest/second-%d", time.Now().UnixNano())
+	l, err := dlock.Open(ctx, s.URL+prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ttl := int64(spareSecondFrom)
+	opts := &dlock.AcquireOptions{TTL: time.Duration(ttl) * time.Second}
+	queue := layout.EtcdQueue(prefix, "a")
+	// wholeTTLLeft reports whether the holder's etcd lease has a whole TTL
+	// left, and whether the look was prompt enough to tell.
+	wholeTTLLeft := func(start time.Time) (ok, prompt bool) {
+		id := holderLease(t, ctx, s.Addr, queue)
+		sent := time.Now()
+		var r struct {
+			TTL string `json:"TTL"`
+		}
+		if err := testenv.EtcdCall(ctx, s.Addr, "/v3/lease/timetolive", map[string]any{"ID": id}, &r); err != nil {
+			t.Fatal(err)
+		}
+		left, err := strconv.ParseInt(r.TTL, 10, 64)
+		if err != nil {
+			t.Fatalf("lease %s: TTL %q: %v", id, r.TTL, err)
+		}
+		return left >= ttl, sent.Sub(start) < 50*time.Millisecond
+	}
+	ls, err := l.Acquire(ctx, "a", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, age := range []time.Duration{0, reuseWindow(ttl) - 150*time.Millisecond, reuseWindow(ttl) + 200*time.Millisecond} {
+		proved := false
+		for try := 0; try < 5 && !proved; try++ {
+			time.Sleep(age)
+			start := time.Now()
+			ls, err := l.Acquire(ctx, "a", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, prompt := wholeTTLLeft(start)
+			if prompt && !ok {
+				t.Errorf("a spare %v old: the server holds the etcd lease less than the TTL (%ds) from the acquisition's start", age, ttl)
+			}
+			proved = prompt
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !proved {
+			t.Logf("a spare %v old: no look within 50ms of the acquisition in 5 tries (a loaded machine)", age)
+		}
+	}
+
+	// A waiter granted 300ms after it queued: its etcd lease, renewed when
+	// it queued, is not renewed at the grant.
+	proved := false
+	for try := 0; try < 5 && !proved; try++ {
+		holder, err := l.Acquire(ctx, "a", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2, err := dlock.Open(ctx, s.URL+prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		var waiter *dlock.Lease
+		go func() {
+			var err error
+			waiter, err = l2.Acquire(ctx, "a", opts)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at := <-got
+		if waiter == nil {
+			l2.Close()
+			t.FailNow()
+		}
+		ok, prompt := wholeTTLLeft(at)
+		if prompt && !ok {
+			t.Errorf("a waiter granted 300ms after it queued: the server holds its etcd lease less than the TTL (%ds) from the grant", ttl)
+		}
+		proved = prompt
+		if err := waiter.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l2.Close()
+	}
+	if !proved {
+		t.Logf("a waiter: no look within 50ms of the grant in 5 tries (a loaded machine)")
 	}
 }
