@@ -168,7 +168,11 @@ type Blocker interface {
 // of the request that produced them (those returned by Blocker.Acquire).
 type Granted interface {
 	// GrantedAt returns a local time, read from the monotonic clock, at or
-	// before the moment the server began the lease's TTL.
+	// before the moment the server began the lease's TTL: the server holds
+	// the lease at least until GrantedAt + TTL unless it is released or
+	// revoked (a lease whose server-side life is longer than the TTL, as
+	// etcd's spare leases, may report a later time than its last renewal,
+	// as long as that still holds).
 	GrantedAt() time.Time
 }
 

@@ -102,8 +102,9 @@ func (l *locker) Capabilities() driver.Capabilities {
 		MaxPermits:           MaxPermits,
 		SemaphoreWait:        driver.WaitQueue,
 		SemaphoreFair:        true,
-		Notes: "a key per attempt under an etcd lease of the TTL (rounded up to whole seconds); the lowest create revision holds, each waiter watches its predecessor; " +
-			"the lease is renewed and the key re-checked after waiting; a leader change renews every lease on the server (a dead holder's lock may outlive its TTL then)",
+		Notes: "a key per attempt under an etcd lease of the TTL (rounded up to whole seconds; a second more from 10s, so that an acquisition within 0.9s of its lease's renewal needs none); " +
+			"the lowest create revision holds, each waiter watches its predecessor; the lease is renewed and the key re-checked after waiting; " +
+			"a dead holder's lock may outlive its TTL by that second, and by more after a leader change (which renews every lease on the server)",
 	}
 }
 
