@@ -218,6 +218,9 @@ var floors = []struct {
 }{
 	{"redis", "", "EVALSHA (SET NX PX + INCR token) / EVALSHA compare-and-delete: token, TTL, owner-safe release; 2 round trips", openRedis},
 	{"redis", Unfenced, "SET NX PX / EVALSHA compare-and-delete: TTL, owner-safe release, no token; 2 round trips", openRedisUnfenced},
+	{"redlock", "", "on every node at once: EVALSHA (SET NX PX + INCR) / EVALSHA compare-and-delete; a quorum N/2+1 within TTL - drift, token the quorum's largest counter (dlock's Redlock): 2 parallel round trips", openRedlock},
+	{"redlock", Unfenced, "on every node at once: SET NX PX / EVALSHA compare-and-delete; a quorum N/2+1 within TTL - drift, no token (what redsync is built on): 2 parallel round trips", openRedlockUnfenced},
+	{"redis+cluster", "", "EVALSHA (SET NX PX + INCR token, both keys in the name's slot) / EVALSHA compare-and-delete, on the name's master: 2 round trips", openRedis},
 	{"zookeeper", "", "multi (create ephemeral-sequential + setData parent: czxid token, alone = held) / delete: 2 round trips", openZooKeeper},
 	{"zookeeper", Unfenced, "create ephemeral / delete: session-bound, no token; 2 round trips", openZooKeeperUnfenced},
 	{"postgres", "forupdate", "BEGIN + SELECT … FOR UPDATE NOWAIT, then nextval token under the row lock while the crash marker is there (idle timeout set per connection) / ROLLBACK: 2 round trips", sqlFloor(forUpdate)},
@@ -245,6 +248,8 @@ func OpenRTT(ctx context.Context, rawURL string) (*RTT, error) {
 	switch backend {
 	case "redis":
 		return redisRTT(ctx, rawURL)
+	case "redlock", "redis+cluster":
+		return nil, fmt.Errorf("floor: no round trip of several servers (%s://): use one node's redis:// URL", backend)
 	case "zookeeper":
 		return zooKeeperRTT(ctx, rawURL, false)
 	}
@@ -278,6 +283,8 @@ func backendOf(rawURL string) (string, error) {
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss":
 		return "redis", nil
+	case "redlock", "redis+cluster":
+		return strings.ToLower(scheme), nil
 	case "zk":
 		return "zookeeper", nil
 	case "postgres", "postgresql":
