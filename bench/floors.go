@@ -44,6 +44,12 @@ type floorImpl struct{ backend, strategy string }
 var floorImpls = map[string]floorImpl{
 	"redis-floor":           {"redis", ""},
 	"redis-unfenced-floor":  {"redis", floor.Unfenced},
+	// On the servers of a redlock:// or redis+cluster:// URL
+	// (dlockbench's multiNode): Redlock's quorum, and the Cluster's
+	// hash-tagged keys.
+	"redlock-floor":          {"redlock", ""},
+	"redlock-unfenced-floor": {"redlock", floor.Unfenced},
+	"cluster-floor":          {"redis+cluster", ""},
 	"zk-floor":              {"zookeeper", ""},
 	"zk-unfenced-floor":     {"zookeeper", floor.Unfenced},
 	"pg-forupdate-floor":    {"postgres", "forupdate"},
@@ -63,6 +69,10 @@ func floorNote(impl string) string {
 	f := floorImpls[impl]
 	return floor.About(f.backend, f.strategy)
 }
+
+// FloorNote says what the floor of a Target.Impl sends and guarantees,
+// for the targets dlockbench describes itself (Redlock's, a Cluster's).
+func FloorNote(impl string) string { return floorNote(impl) }
 
 // floorOpener opens the floor of a strategy (a dlock strategy name, ""
 // for Redis and ZooKeeper, or floor.Unfenced) on the target's server, as
