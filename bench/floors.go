@@ -42,16 +42,22 @@ type floorImpl struct{ backend, strategy string }
 // floorImpls are the floors by Target.Impl: one per dlock strategy, and
 // the unfenced floors the peers are built on.
 var floorImpls = map[string]floorImpl{
-	"redis-floor":           {"redis", ""},
-	"redis-unfenced-floor":  {"redis", floor.Unfenced},
-	"zk-floor":              {"zookeeper", ""},
-	"zk-unfenced-floor":     {"zookeeper", floor.Unfenced},
-	"pg-forupdate-floor":    {"postgres", "forupdate"},
-	"pg-version-floor":      {"postgres", "version"},
-	"pg-advisory-floor":     {"postgres", "advisory"},
-	"mysql-forupdate-floor": {"mysql", "forupdate"},
-	"mysql-version-floor":   {"mysql", "version"},
-	"mysql-getlock-floor":   {"mysql", "getlock"},
+	"redis-floor":          {"redis", ""},
+	"redis-unfenced-floor": {"redis", floor.Unfenced},
+	// On the servers of a redlock:// or redis+cluster:// URL
+	// (dlockbench's multiNode): Redlock's quorum, and the Cluster's
+	// hash-tagged keys.
+	"redlock-floor":          {"redlock", ""},
+	"redlock-unfenced-floor": {"redlock", floor.Unfenced},
+	"cluster-floor":          {"redis+cluster", ""},
+	"zk-floor":               {"zookeeper", ""},
+	"zk-unfenced-floor":      {"zookeeper", floor.Unfenced},
+	"pg-forupdate-floor":     {"postgres", "forupdate"},
+	"pg-version-floor":       {"postgres", "version"},
+	"pg-advisory-floor":      {"postgres", "advisory"},
+	"mysql-forupdate-floor":  {"mysql", "forupdate"},
+	"mysql-version-floor":    {"mysql", "version"},
+	"mysql-getlock-floor":    {"mysql", "getlock"},
 }
 
 // floorNote says what a floor sends and guarantees (floor.About), for the
@@ -63,6 +69,10 @@ func floorNote(impl string) string {
 	f := floorImpls[impl]
 	return floor.About(f.backend, f.strategy)
 }
+
+// FloorNote says what the floor of a Target.Impl sends and guarantees,
+// for the targets dlockbench describes itself (Redlock's, a Cluster's).
+func FloorNote(impl string) string { return floorNote(impl) }
 
 // floorOpener opens the floor of a strategy (a dlock strategy name, ""
 // for Redis and ZooKeeper, or floor.Unfenced) on the target's server, as

@@ -19,14 +19,14 @@
 //	zookeeper  ""         multi: create ephemeral-sequential + setData     delete (a name of its own)
 //	                        of the parent (its mzxid is the node's czxid)
 //	zookeeper  unfenced   create ephemeral (no token)                     delete
-//	postgres   forupdate  BEGIN + idle timeout + SELECT … FOR UPDATE      COMMIT
-//	                        NOWAIT; then nextval on a second connection
+//	postgres   forupdate  BEGIN + SELECT … FOR UPDATE NOWAIT, then        ROLLBACK
+//	                        nextval while the crash marker is there
 //	postgres   version    UPDATE of a lease row, free or expired by the   UPDATE if still ours
 //	                        server's clock, version+1 RETURNING version     and unexpired
 //	postgres   advisory   pg_try_advisory_lock + idle timeout + nextval   pg_advisory_unlock + timeout reset
-//	mysql      forupdate  BEGIN + wait_timeout + SELECT … FOR UPDATE      COMMIT + wait_timeout reset
-//	                        NOWAIT; then the name's counter+1 on a
-//	                        second connection
+//	mysql      forupdate  BEGIN + SELECT … FOR UPDATE NOWAIT +            ROLLBACK + wait_timeout reset
+//	                        wait_timeout + AUTO_INCREMENT insert while
+//	                        the crash marker names the server
 //	mysql      version    as postgres, version = LAST_INSERT_ID(version+1) as postgres
 //	mysql      getlock    GET_LOCK(key, 0) + wait_timeout + the name's    RELEASE_LOCK + wait_timeout reset
 //	                        counter+1
@@ -50,12 +50,18 @@
 //     sequential name is the grant's own, so a plain delete cannot free a
 //     later grant's node. What a floor leaves out: dlock's protected (GUID)
 //     names, which recover a create whose reply was lost.
-//   - forupdate: the row lock lives in an open transaction, so a token
-//     taken in it would be rolled back by a crash of the server and given
-//     again; a token durable before it is used needs a commit outside
-//     that transaction: one round trip on a second connection (dlock too
-//     commits it there). This is the one floor that costs three round
-//     trips, and the one that holds two connections.
+//   - forupdate: the row lock lives in an open transaction, and the token
+//     is dlock's: taken in it, under the row lock, from a counter that is
+//     never rolled back while the server runs (a sequence, an
+//     AUTO_INCREMENT), but whose advance is not flushed, so a crash may
+//     set it back. A marker table that every crash or restart empties
+//     (UNLOGGED on PostgreSQL, MEMORY on MySQL) guards it: no token is
+//     taken while it is missing, and the first attempt that finds it
+//     missing moves the counter on by 2^36 in a flushed commit and sets
+//     it, once per crash. The idle timeout (PostgreSQL's
+//     idle_in_transaction_session_timeout, set once per connection;
+//     MySQL's wait_timeout, set with the lock) ends a hung holder's
+//     transaction. Release rolls back: nothing is written or flushed.
 //   - version: the version column written by the conditional UPDATE is the
 //     token, returned by the same statement and committed with it.
 //   - advisory, getlock: the token is taken in the statement (or batch)
@@ -212,12 +218,15 @@ var floors = []struct {
 }{
 	{"redis", "", "EVALSHA (SET NX PX + INCR token) / EVALSHA compare-and-delete: token, TTL, owner-safe release; 2 round trips", openRedis},
 	{"redis", Unfenced, "SET NX PX / EVALSHA compare-and-delete: TTL, owner-safe release, no token; 2 round trips", openRedisUnfenced},
+	{"redlock", "", "on every node at once: EVALSHA (SET NX PX + INCR) / EVALSHA compare-and-delete; a quorum N/2+1 within TTL - drift, token the quorum's largest counter (dlock's Redlock): 2 parallel round trips", openRedlock},
+	{"redlock", Unfenced, "on every node at once: SET NX PX / EVALSHA compare-and-delete; a quorum N/2+1 within TTL - drift, no token (what redsync is built on): 2 parallel round trips", openRedlockUnfenced},
+	{"redis+cluster", "", "EVALSHA (SET NX PX + INCR token, both keys in the name's slot) / EVALSHA compare-and-delete, on the name's master: 2 round trips", openRedis},
 	{"zookeeper", "", "multi (create ephemeral-sequential + setData parent: czxid token, alone = held) / delete: 2 round trips", openZooKeeper},
 	{"zookeeper", Unfenced, "create ephemeral / delete: session-bound, no token; 2 round trips", openZooKeeperUnfenced},
-	{"postgres", "forupdate", "BEGIN + idle timeout + SELECT … FOR UPDATE NOWAIT, then nextval token on a 2nd connection (durable) / COMMIT: 3 round trips", sqlFloor(forUpdate)},
+	{"postgres", "forupdate", "BEGIN + SELECT … FOR UPDATE NOWAIT, then nextval token under the row lock while the crash marker is there (idle timeout set per connection) / ROLLBACK: 2 round trips", sqlFloor(forUpdate)},
 	{"postgres", "version", "UPDATE of a lease row (free or expired) RETURNING version+1 token / conditional UPDATE to free: 2 round trips", sqlFloor(version)},
 	{"postgres", "advisory", "pg_try_advisory_lock + idle timeout + nextval token / pg_advisory_unlock: 2 round trips", sqlFloor(native)},
-	{"mysql", "forupdate", "BEGIN + wait_timeout + SELECT … FOR UPDATE NOWAIT, then counter+1 token on a 2nd connection (durable) / COMMIT: 3 round trips", sqlFloor(forUpdate)},
+	{"mysql", "forupdate", "BEGIN + SELECT … FOR UPDATE NOWAIT + wait_timeout + AUTO_INCREMENT token under the row lock while the crash marker names the server / ROLLBACK: 2 round trips", sqlFloor(forUpdate)},
 	{"mysql", "version", "UPDATE of a lease row (free or expired), version+1 token / conditional UPDATE to free: 2 round trips", sqlFloor(version)},
 	{"mysql", "getlock", "GET_LOCK + wait_timeout + counter+1 token / RELEASE_LOCK: 2 round trips", sqlFloor(native)},
 }
@@ -239,6 +248,8 @@ func OpenRTT(ctx context.Context, rawURL string) (*RTT, error) {
 	switch backend {
 	case "redis":
 		return redisRTT(ctx, rawURL)
+	case "redlock", "redis+cluster":
+		return nil, fmt.Errorf("floor: no round trip of several servers (%s://): use one node's redis:// URL", backend)
 	case "zookeeper":
 		return zooKeeperRTT(ctx, rawURL, false)
 	}
@@ -272,6 +283,8 @@ func backendOf(rawURL string) (string, error) {
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss":
 		return "redis", nil
+	case "redlock", "redis+cluster":
+		return strings.ToLower(scheme), nil
 	case "zk":
 		return "zookeeper", nil
 	case "postgres", "postgresql":

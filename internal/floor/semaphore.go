@@ -252,9 +252,8 @@ const semTakeTimeout = 10 * time.Second
 // slot rows, taken with FOR UPDATE SKIP LOCKED in a transaction left open
 // on the pinned connection (its idle timeout ends a hung holder's), BEGIN,
 // the timeout and the lock pipelined in one round trip; freed by COMMIT.
-// The token is nextval on a second connection, as the forupdate lock
-// floor's (durable before it is returned). A waiter tries again every
-// semPoll.
+// The token is nextval on a second connection (durable before it is
+// returned). A waiter tries again every semPoll.
 func openPostgresSemaphore(ctx context.Context, rawURL string, ttl time.Duration) (*Semaphore, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -330,8 +329,8 @@ func openPostgresSemaphore(ctx context.Context, rawURL string, ttl time.Duration
 // (MySQL 8, MariaDB 10.6 and later have SKIP LOCKED): BEGIN, the
 // session's wait_timeout and the slot row FOR UPDATE SKIP LOCKED in one
 // multi-statement round trip, COMMIT (and the timeout put back) to free;
-// the token is the name's counter+1 on a second connection, as the
-// forupdate lock floor's. A waiter tries again every semPoll.
+// the token is the name's counter+1 on a second connection (durable
+// before it is returned). A waiter tries again every semPoll.
 func openMySQLSemaphore(ctx context.Context, rawURL string, ttl time.Duration) (*Semaphore, error) {
 	db, c, err := mySemConn(ctx, rawURL)
 	if err != nil {

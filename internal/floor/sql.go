@@ -29,7 +29,18 @@ const (
 	leaseTable = "dlockbench_lease"
 	fenceTable = "dlockbench_fence"
 	fenceSeq   = "dlockbench_fence_seq"
+	// The forupdate floors' token counter and its marker (dlock's
+	// <table>_seq and <table>_live): the counter is never rolled back
+	// while the server runs but may be set back by a crash; the marker is
+	// a table that every crash or restart empties.
+	rowSeq  = "dlockbench_floor_seq"
+	rowLive = "dlockbench_floor_live"
 )
+
+// counterJump is how far a forupdate floor's recovery moves the counter
+// on after a crash: dlock's (2^36), far more than the server can have
+// issued without their advance reaching the disk.
+const counterJump = "68719476736"
 
 // SQLConn is one connection to PostgreSQL or MySQL, pinned for as long
 // as it is open, with the dialect of the SQL floors' statements.
@@ -47,6 +58,9 @@ type SQLConn struct {
 	// LAST_INSERT_ID(expr) of the one row it updates. ok is false when it
 	// issued none (no row, no row updated).
 	token func(ctx context.Context, query string, args ...any) (token uint64, ok bool, err error)
+	// begin begins a transaction and runs token's query in it, in one
+	// round trip; the transaction is left open (even on an error).
+	begin func(ctx context.Context, query string, args ...any) (token uint64, ok bool, err error)
 	close func() error
 	// busy reports an error of a NOWAIT row lock that found the row
 	// locked.
@@ -57,12 +71,23 @@ type SQLConn struct {
 // dialect is what the SQL floors send, in a server's SQL.
 type dialect struct {
 	rowDDL, hasRow, insertRow string // forupdate: arg name
-	// lockRow sends BEGIN with the row lock and the idle timeout that ends
-	// a hung holder's transaction; args name, idle(ttl). freeRow commits
-	// (and resets the timeout).
-	lockRow, freeRow   string
-	leaseDDL, hasLease string // version: arg name
-	insertLease        string
+	// hasCounter counts the forupdate counter and marker tables that
+	// exist; counterDDL creates them (a new counter clears the marker).
+	hasCounter string
+	counterDDL []string
+	// rowIdle sets the idle timeout of the session's transactions once
+	// per connection (arg idle(ttl)), or is "".
+	rowIdle string
+	// lockRow runs in a transaction begun in the same round trip (args
+	// lockArgs): it locks the name's row without waiting, then takes a
+	// token from the counter while the marker is there (else none, or
+	// 0). freeRow rolls back. recoverRow moves the counter on by
+	// counterJump and sets the marker, durably, when the marker is
+	// missing.
+	lockRow, freeRow, recoverRow string
+	lockArgs                     func(name string, ttl time.Duration) []any
+	leaseDDL, hasLease           string // version: arg name
+	insertLease                  string
 	// takeLease: args (ttl µs, owner, name), issues the version as token;
 	// freeLease: args (owner, name).
 	takeLease, freeLease string
@@ -86,12 +111,30 @@ func pgIdle(ttl time.Duration) any { return strconv.FormatInt(max(ttl.Millisecon
 func myIdle(ttl time.Duration) any { return int64(max((ttl+time.Second-1)/time.Second, 1)) }
 
 var postgres = &dialect{
-	rowDDL:    "CREATE TABLE IF NOT EXISTS " + rowTable + " (name text PRIMARY KEY)",
-	hasRow:    "SELECT count(*) FROM " + rowTable + " WHERE name = $1",
-	insertRow: "INSERT INTO " + rowTable + " (name) VALUES ($1) ON CONFLICT DO NOTHING",
-	// The timeout is local to the transaction: COMMIT ends it.
-	lockRow:     "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM " + rowTable + " WHERE name = $1 FOR UPDATE NOWAIT",
-	freeRow:     "COMMIT",
+	rowDDL:     "CREATE TABLE IF NOT EXISTS " + rowTable + " (name text PRIMARY KEY)",
+	hasRow:     "SELECT count(*) FROM " + rowTable + " WHERE name = $1",
+	insertRow:  "INSERT INTO " + rowTable + " (name) VALUES ($1) ON CONFLICT DO NOTHING",
+	hasCounter: "SELECT (to_regclass('" + rowSeq + "') IS NOT NULL)::int + (to_regclass('" + rowLive + "') IS NOT NULL)::int",
+	counterDDL: []string{
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + rowLive + " (since timestamptz NOT NULL DEFAULT now())",
+		"DO $f$ BEGIN IF to_regclass('" + rowSeq + "') IS NULL THEN CREATE SEQUENCE " + rowSeq + "; DELETE FROM " + rowLive + "; END IF; END $f$",
+	},
+	// idle_in_transaction_session_timeout applies only inside a
+	// transaction: set once, it bounds every lease and nothing else.
+	rowIdle: "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
+	// The CTE locks the row (MATERIALIZED: it is not merged into the
+	// outer query), and only its row, once locked, takes the token:
+	// nextval is never rolled back, and its advance is not flushed.
+	lockRow: "WITH l AS MATERIALIZED (SELECT name FROM " + rowTable + " WHERE name = $1 FOR UPDATE NOWAIT)" +
+		" SELECT CASE WHEN EXISTS (SELECT 1 FROM " + rowLive + ") THEN nextval('" + rowSeq + "') ELSE 0 END FROM l",
+	freeRow: "ROLLBACK",
+	// The commit is flushed (synchronous_commit on): the jump is on disk
+	// before the marker can be seen. The table lock serialises
+	// recoveries and waits for no lease (they read it in ACCESS SHARE).
+	recoverRow: "BEGIN; SET LOCAL synchronous_commit = on; LOCK TABLE " + rowLive + " IN EXCLUSIVE MODE;" +
+		" SELECT setval('" + rowSeq + "', s.last_value + " + counterJump + ") FROM " + rowSeq + " s WHERE NOT EXISTS (SELECT 1 FROM " + rowLive + ");" +
+		" INSERT INTO " + rowLive + " SELECT now() WHERE NOT EXISTS (SELECT 1 FROM " + rowLive + "); COMMIT",
+	lockArgs:    func(name string, _ time.Duration) []any { return []any{name} },
 	leaseDDL:    "CREATE TABLE IF NOT EXISTS " + leaseTable + " (name text PRIMARY KEY, owner text, expires timestamptz, version bigint NOT NULL DEFAULT 0)",
 	hasLease:    "SELECT count(*) FROM " + leaseTable + " WHERE name = $1",
 	insertLease: "INSERT INTO " + leaseTable + " (name) VALUES ($1) ON CONFLICT DO NOTHING",
@@ -115,13 +158,35 @@ var postgres = &dialect{
 }
 
 var mySQL = &dialect{
-	rowDDL:    "CREATE TABLE IF NOT EXISTS " + rowTable + " (name VARCHAR(191) PRIMARY KEY) ENGINE=InnoDB",
-	hasRow:    "SELECT COUNT(*) FROM " + rowTable + " WHERE name = ?",
-	insertRow: "INSERT IGNORE INTO " + rowTable + " (name) VALUES (?)",
+	rowDDL:     "CREATE TABLE IF NOT EXISTS " + rowTable + " (name VARCHAR(191) PRIMARY KEY) ENGINE=InnoDB",
+	hasRow:     "SELECT COUNT(*) FROM " + rowTable + " WHERE name = ?",
+	insertRow:  "INSERT IGNORE INTO " + rowTable + " (name) VALUES (?)",
+	hasCounter: "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" + rowSeq + "', '" + rowLive + "')",
+	// Run only when one is missing: CREATE … IF NOT EXISTS of an existing
+	// table waits for every open transaction that read it (every lease).
+	counterDDL: []string{
+		"CREATE TABLE IF NOT EXISTS " + rowLive + " (server BIGINT UNSIGNED NOT NULL PRIMARY KEY) ENGINE=MEMORY",
+		"CREATE TABLE IF NOT EXISTS " + rowSeq + " (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB",
+		"DELETE FROM " + rowLive,
+	},
 	// A batch stops at its first error: the timeout is set only once the
-	// row is locked. It is the session's: freeRow puts it back.
-	lockRow:     "BEGIN; SELECT 1 FROM " + rowTable + " WHERE name = ? FOR UPDATE NOWAIT; SET SESSION wait_timeout = ?",
-	freeRow:     "COMMIT; SET SESSION wait_timeout = DEFAULT",
+	// row is locked. It is the session's: freeRow puts it back. The
+	// token is an AUTO_INCREMENT value, never given out again while the
+	// server runs even though the INSERT is rolled back, taken while the
+	// marker names this server.
+	lockRow: "SELECT COUNT(*) INTO @dlockfloor_r FROM " + rowTable + " WHERE name = ? FOR UPDATE NOWAIT; SET SESSION wait_timeout = ?;" +
+		" INSERT INTO " + rowSeq + " (id) SELECT NULL FROM DUAL WHERE @dlockfloor_r = 1 AND EXISTS (SELECT 1 FROM " + rowLive + " WHERE server = @@server_id)",
+	freeRow: "ROLLBACK; SET SESSION wait_timeout = DEFAULT",
+	// The jump is committed (an explicit id moves the AUTO_INCREMENT
+	// counter on; the rows are deleted again) before the marker names
+	// this server.
+	recoverRow: "SELECT COUNT(*) INTO @dlockfloor_lv FROM " + rowLive + " WHERE server = @@server_id; START TRANSACTION;" +
+		" INSERT INTO " + rowSeq + " (id) SELECT NULL FROM DUAL WHERE @dlockfloor_lv = 0;" +
+		" SET @dlockfloor_v = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL); SET @dlockfloor_j = @dlockfloor_v + " + counterJump + ";" +
+		" INSERT INTO " + rowSeq + " (id) SELECT @dlockfloor_j FROM DUAL WHERE @dlockfloor_j IS NOT NULL;" +
+		" DELETE FROM " + rowSeq + " WHERE id IN (@dlockfloor_v, @dlockfloor_j); COMMIT;" +
+		" SET @dlockfloor_sid = @@server_id; INSERT IGNORE INTO " + rowLive + " (server) SELECT @dlockfloor_sid FROM DUAL WHERE @dlockfloor_lv = 0",
+	lockArgs:    func(name string, ttl time.Duration) []any { return []any{name, myIdle(ttl)} },
 	leaseDDL:    "CREATE TABLE IF NOT EXISTS " + leaseTable + " (name VARCHAR(191) PRIMARY KEY, owner VARCHAR(64), expires DATETIME(6), version BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
 	hasLease:    "SELECT COUNT(*) FROM " + leaseTable + " WHERE name = ?",
 	insertLease: "INSERT IGNORE INTO " + leaseTable + " (name) VALUES (?)",
@@ -204,15 +269,22 @@ func pgConn(ctx context.Context, rawURL string) (*SQLConn, error) {
 			return v, err
 		},
 		token: func(ctx context.Context, q string, args ...any) (uint64, bool, error) {
-			var v *int64
-			err := c.QueryRow(ctx, q, args...).Scan(&v)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return 0, false, nil
+			return pgToken(c.QueryRow(ctx, q, args...))
+		},
+		begin: func(ctx context.Context, q string, args ...any) (uint64, bool, error) {
+			// A batch is one pipeline: one round trip once its statements
+			// are prepared (on their first use).
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue(q, args...)
+			br := c.SendBatch(ctx, b)
+			_, err := br.Exec()
+			var token uint64
+			var ok bool
+			if err == nil {
+				token, ok, err = pgToken(br.QueryRow())
 			}
-			if err != nil || v == nil {
-				return 0, false, err
-			}
-			return uint64(*v), true, nil
+			return token, ok, errors.Join(err, br.Close())
 		},
 		close: func() error { return c.Close(context.Background()) },
 		busy: func(err error) bool {
@@ -221,6 +293,19 @@ func pgConn(ctx context.Context, rawURL string) (*SQLConn, error) {
 		},
 		d: postgres,
 	}, nil
+}
+
+// pgToken reads a token statement's one row (none: ok false).
+func pgToken(row pgx.Row) (uint64, bool, error) {
+	var v *int64
+	err := row.Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil || v == nil {
+		return 0, false, err
+	}
+	return uint64(*v), true, nil
 }
 
 // myConn opens one pinned connection from a mysql://user:password@host/db
@@ -256,6 +341,19 @@ func myConn(ctx context.Context, rawURL string) (*SQLConn, error) {
 		}
 		return res.RowsAffected()
 	}
+	// token: the last statement's figures (go-sql-driver's Result).
+	token := func(ctx context.Context, q string, args ...any) (uint64, bool, error) {
+		res, err := c.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, false, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n != 1 {
+			return 0, false, err
+		}
+		id, err := res.LastInsertId()
+		return uint64(id), err == nil, err
+	}
 	return &SQLConn{
 		exec: exec,
 		multi: func(ctx context.Context, q string, args ...any) error {
@@ -271,18 +369,9 @@ func myConn(ctx context.Context, rawURL string) (*SQLConn, error) {
 			err = c.QueryRowContext(ctx, q).Scan(&v)
 			return v, err
 		},
-		token: func(ctx context.Context, q string, args ...any) (uint64, bool, error) {
-			res, err := c.ExecContext(ctx, q, args...)
-			if err != nil {
-				return 0, false, err
-			}
-			// The last statement's figures (go-sql-driver's Result).
-			n, err := res.RowsAffected()
-			if err != nil || n != 1 {
-				return 0, false, err
-			}
-			id, err := res.LastInsertId()
-			return uint64(id), err == nil, err
+		token: token,
+		begin: func(ctx context.Context, q string, args ...any) (uint64, bool, error) {
+			return token(ctx, "BEGIN; "+q, args...)
 		},
 		close: func() error { c.Close(); return db.Close() },
 		busy: func(err error) bool {
@@ -350,53 +439,57 @@ func ensured(c *SQLConn, rows []row, try func(ctx context.Context, name string) 
 	}
 }
 
-// forUpdate: BEGIN, the idle timeout and SELECT … FOR UPDATE NOWAIT sent
-// together (one round trip), the transaction left open on the pinned
-// connection while the lock is held, COMMIT to free. A row found locked
-// rolls back. The token cannot be taken in that transaction (a crash of
-// the server would roll it back, and the next holder would be given it
-// again): it is taken once the row is locked, on a second connection
-// whose autocommit makes it durable before it is returned.
-func forUpdate(ctx context.Context, rawURL string, c *SQLConn, ttl time.Duration) (func(context.Context, string) (*Grant, bool, error), error) {
-	fc, err := DialSQL(ctx, rawURL)
-	if err != nil {
-		return nil, err
-	}
-	closeLock := c.close
-	c.close = func() error { return errors.Join(fc.close(), closeLock()) }
+// forUpdate: the name's row locked by SELECT … FOR UPDATE NOWAIT in a
+// transaction begun in the same round trip and left open on the pinned
+// connection while the lock is held, the server's idle timeout ending a
+// hung holder's transaction, ROLLBACK to free: nothing is written, nothing
+// flushed. The token is dlock's: taken under the row lock from a counter
+// that is never rolled back while the server runs, while a marker that
+// every crash or restart empties is there; a missing marker means the
+// counter may have gone back, and the attempt is rolled back while the
+// counter is moved on by counterJump in a flushed commit and the marker
+// set (recoverRow), once per crash, then made again. A row found locked
+// rolls back.
+func forUpdate(ctx context.Context, _ string, c *SQLConn, ttl time.Duration) (func(context.Context, string) (*Grant, bool, error), error) {
 	// Concurrent CREATE … IF NOT EXISTS can collide on the catalog: the
-	// loser's error is ignored and the INSERT tells.
+	// loser's error is ignored and the INSERT (or the first grant) tells.
 	_, _ = c.exec(ctx, c.d.rowDDL)
-	_, _ = c.exec(ctx, c.d.fenceDDL)
-	idle := c.d.idle(ttl)
-	free := func(ctx context.Context) error { return c.multi(ctx, c.d.freeRow) }
-	rows := []row{{c.d.hasRow, c.d.insertRow}, {c.d.hasFence, c.d.insertFence}}
-	return ensured(c, rows, func(ctx context.Context, name string) (*Grant, bool, error) {
-		if err := c.multi(ctx, c.d.lockRow, name, idle); err != nil {
-			_, rbErr := c.exec(ctx, "ROLLBACK")
-			if c.busy(err) {
-				return nil, false, rbErr
-			}
-			return nil, false, err
+	if n, err := c.value(ctx, c.d.hasCounter); err != nil || n < 2 {
+		for _, ddl := range c.d.counterDDL {
+			_, _ = c.exec(ctx, ddl)
 		}
-		token, ok, err := fc.token(ctx, c.d.nextFence, fenceArgs(c.d, name)...)
-		if err == nil && !ok {
-			err = fmt.Errorf("floor: no token for %q", name)
-		}
-		if err != nil {
-			return nil, false, errors.Join(err, free(ctx))
-		}
-		return &Grant{token: token, release: free}, true, nil
-	}), nil
-}
-
-// fenceArgs are nextFence's arguments: the name where tokens are counted
-// per name.
-func fenceArgs(d *dialect, name string) []any {
-	if d.hasFence == "" {
-		return nil
 	}
-	return []any{name}
+	if c.d.rowIdle != "" {
+		if _, err := c.exec(ctx, c.d.rowIdle, c.d.idle(ttl)); err != nil {
+			return nil, err
+		}
+	}
+	free := func(ctx context.Context) error { return c.multi(ctx, c.d.freeRow) }
+	return ensured(c, []row{{c.d.hasRow, c.d.insertRow}}, func(ctx context.Context, name string) (*Grant, bool, error) {
+		for recovered := false; ; recovered = true {
+			token, ok, err := c.begin(ctx, c.d.lockRow, c.d.lockArgs(name, ttl)...)
+			if err != nil {
+				rbErr := free(ctx)
+				if c.busy(err) {
+					return nil, false, rbErr
+				}
+				return nil, false, err
+			}
+			if ok && token > 0 {
+				return &Grant{token: token, release: free}, true, nil
+			}
+			// The marker is missing: no token was taken.
+			if err := free(ctx); err != nil {
+				return nil, false, err
+			}
+			if recovered {
+				return nil, false, fmt.Errorf("floor: no token for %q: the counter's marker is missing after recovery", name)
+			}
+			if err := c.multi(ctx, c.d.recoverRow); err != nil {
+				return nil, false, fmt.Errorf("floor: recover the token counter: %w", err)
+			}
+		}
+	}), nil
 }
 
 // version: a lease row taken by one conditional UPDATE when it is free

@@ -117,7 +117,9 @@ func single(id string, env *backendtest.Env) *started {
 
 // multiNode describes Redlock's masters or a Redis Cluster: one dlock
 // target (and redsync, which is Redlock, on the masters), compared with
-// the single Redis server's floor and round trip.
+// its floor on the same servers (Redlock's quorum, fenced as dlock's
+// Redlock is; the Cluster's hash-tagged keys) and with the single Redis
+// server's round trip.
 func multiNode(id, dlockURL string, nodes []*testenv.Server, closeFn func()) *started {
 	s := &bench.Server{ID: id, Backend: testenv.KindRedis, URL: dlockURL, Origin: "dlockbench (internal/testenv)"}
 	var addrs []string
@@ -127,19 +129,31 @@ func multiNode(id, dlockURL string, nodes []*testenv.Server, closeFn func()) *st
 	}
 	s.Addr = strings.Join(addrs, ",")
 	st := &started{server: s, close: closeFn, skipped: map[string]string{}}
+	redlock := strings.HasPrefix(dlockURL, "redlock://")
+	floor := func(impl, name string) string {
+		st.targets = append(st.targets, bench.Target{Name: name, Kind: bench.KindFloor, Impl: impl, URL: dlockURL,
+			Backend: "redis", Server: id, RTT: "rtt redis", Note: bench.FloorNote(impl)})
+		return name
+	}
 	t := bench.Target{Name: id, Kind: bench.KindDlock, URL: dlockURL, Backend: "redis", Server: id,
-		Floor: "floor redis", RTT: "rtt redis", Note: "compared with the single Redis server's floor and round trip"}
+		RTT: "rtt redis", Note: "compared with its floor on the same servers and the single Redis server's round trip"}
 	if !bench.Registered(dlockURL) {
 		st.skipped[id] = "driver not built into this binary yet"
 		return st
 	}
+	if redlock {
+		t.Floor = floor("redlock-floor", "floor "+id)
+	} else {
+		t.Floor = floor("cluster-floor", "floor "+id)
+	}
 	st.targets = append(st.targets, t)
-	if strings.HasPrefix(dlockURL, "redlock://") {
+	if redlock {
 		// redsync is Redlock: one pool per master, compared with the
-		// unfenced floor it is built on, as shipped and tuned.
+		// unfenced Redlock floor it is built on, as shipped and tuned.
+		unfenced := floor("redlock-unfenced-floor", "floor "+id+" unfenced")
 		for _, impl := range []string{"redsync", "redsync tuned"} {
 			st.targets = append(st.targets, bench.Target{Name: impl + " (redlock)", Kind: bench.KindPeer, Impl: impl,
-				URL: dlockURL, Backend: "redis", Server: id, Floor: "floor redis unfenced", RTT: "rtt redis",
+				URL: dlockURL, Backend: "redis", Server: id, Floor: unfenced, RTT: "rtt redis",
 				Note: bench.PeerNotes[impl] + "; one pool per master"})
 		}
 	}
