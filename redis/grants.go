@@ -73,11 +73,36 @@ func newGrantHub(open func(string) (*goredis.PubSub, bool)) *grantHub {
 	}
 }
 
-// add registers a waiter for the grant of value on channel. ready is
-// closed once the server confirmed the channel's subscription, or nil if
-// it already was: a grant published before then may have been missed, so
-// the waiter renews once when ready closes. ok is false after close.
+// add registers a waiter for the grant of value on channel, before its
+// first request, when the channel is subscribed already (a waiter whose
+// first request queues it may be granted before that request's reply is
+// read). When it is not, add returns a nil w and subscribes nothing: an
+// Acquire whose first request takes the lock, the common case, costs no
+// subscription (on a Cluster, a new connection per slot), and a queued
+// one calls join. ready is closed once the server confirmed the channel's
+// subscription, or nil if it already was: a grant published before then
+// may have been missed, so the waiter renews once when ready closes. ok
+// is false after close.
 func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan struct{}, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, nil, false
+	}
+	sh := h.shards[channel]
+	if sh == nil {
+		return nil, nil, true
+	}
+	return h.addLocked(value, sh), sh.readyLocked(), true
+}
+
+// join registers a waiter that add did not (its channel had no
+// subscription) once its first request queued it, subscribing the channel
+// if nobody has. Grants published before the waiter was registered may
+// have been missed, so ready is always returned, closed at (or already
+// since) the subscription's confirmation: the waiter renews then, which
+// takes such a grant. ok is false after close.
+func (h *grantHub) join(value, channel string) (w *grantWaiter, ready <-chan struct{}, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -91,20 +116,32 @@ func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan stru
 		h.tasks.Add(1)
 		go h.run(sh)
 	}
-	if sh.idle != nil {
-		sh.idle.Stop()
-		sh.idle = nil
-	}
-	sh.waiters++
-	w = &grantWaiter{value: value, sh: sh, grant: make(chan uint64, 1), kick: make(chan struct{}, 1)}
-	h.waiters[value] = w
-	if !sh.confirmed {
-		ready = sh.ready
-	}
-	return w, ready, true
+	return h.addLocked(value, sh), sh.ready, true
 }
 
-// remove unregisters a waiter; its shard's last waiter starts the linger.
+// addLocked registers a waiter on sh, which stops lingering. h.mu is held.
+func (h *grantHub) addLocked(value string, sh *grantShard) *grantWaiter {
+	if sh.idle != nil {
+		sh.idle.Stop()
+	}
+	sh.waiters++
+	w := &grantWaiter{value: value, sh: sh, grant: make(chan uint64, 1), kick: make(chan struct{}, 1)}
+	h.waiters[value] = w
+	return w
+}
+
+// readyLocked returns sh.ready while the subscription is unconfirmed, nil
+// once it is. h.mu is held.
+func (sh *grantShard) readyLocked() <-chan struct{} {
+	if sh.confirmed {
+		return nil
+	}
+	return sh.ready
+}
+
+// remove unregisters a waiter; its shard's last waiter starts the linger
+// (one timer per shard, re-armed: drop ignores a shard that has waiters
+// again).
 func (h *grantHub) remove(w *grantWaiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -112,7 +149,11 @@ func (h *grantHub) remove(w *grantWaiter) {
 	sh := w.sh
 	sh.waiters--
 	if sh.waiters == 0 && !h.closed {
-		sh.idle = time.AfterFunc(linger, func() { h.drop(sh) })
+		if sh.idle == nil {
+			sh.idle = time.AfterFunc(linger, func() { h.drop(sh) })
+		} else {
+			sh.idle.Reset(linger)
+		}
 	}
 }
 
