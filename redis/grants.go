@@ -73,17 +73,26 @@ func newGrantHub(open func(string) (*goredis.PubSub, bool)) *grantHub {
 	}
 }
 
-// add registers a waiter for the grant of value on channel, before its
-// first request, when the channel is subscribed already (a waiter whose
-// first request queues it may be granted before that request's reply is
-// read). When it is not, add returns a nil w and subscribes nothing: an
-// Acquire whose first request takes the lock, the common case, costs no
-// subscription (on a Cluster, a new connection per slot), and a queued
-// one calls join. ready is closed once the server confirmed the channel's
-// subscription, or nil if it already was: a grant published before then
-// may have been missed, so the waiter renews once when ready closes. ok
-// is false after close.
-func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan struct{}, ok bool) {
+// add registers a waiter for the grant of value on channel.
+//
+// Before its first request (join false), it registers only when the
+// channel is subscribed already (a waiter whose first request queues it
+// may be granted before that request's reply is read); when it is not,
+// add returns a nil w and subscribes nothing, so that an Acquire whose
+// first request takes the lock, the common case, costs no subscription
+// (on a Cluster, a new connection per slot). ready is then closed once
+// the server confirmed the subscription, or nil if it already was: a
+// grant published before then may have been missed, so the waiter renews
+// once when ready closes.
+//
+// A waiter that was not registered joins (join true) once its first
+// request queued it, subscribing the channel if nobody has. Grants
+// published before it joined may have been missed, so ready is then always
+// returned, closed at (or already since) the confirmation: the waiter
+// renews then, which takes such a grant.
+//
+// ok is false after close.
+func (h *grantHub) add(value, channel string, join bool) (w *grantWaiter, ready <-chan struct{}, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -91,52 +100,25 @@ func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan stru
 	}
 	sh := h.shards[channel]
 	if sh == nil {
-		return nil, nil, true
-	}
-	return h.addLocked(value, sh), sh.readyLocked(), true
-}
-
-// join registers a waiter that add did not (its channel had no
-// subscription) once its first request queued it, subscribing the channel
-// if nobody has. Grants published before the waiter was registered may
-// have been missed, so ready is always returned, closed at (or already
-// since) the subscription's confirmation: the waiter renews then, which
-// takes such a grant. ok is false after close.
-func (h *grantHub) join(value, channel string) (w *grantWaiter, ready <-chan struct{}, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, nil, false
-	}
-	sh := h.shards[channel]
-	if sh == nil {
+		if !join {
+			return nil, nil, true
+		}
 		sh = &grantShard{channel: channel, ready: make(chan struct{})}
 		sh.ps, sh.sharded = h.open(channel)
 		h.shards[channel] = sh
 		h.tasks.Add(1)
 		go h.run(sh)
 	}
-	return h.addLocked(value, sh), sh.ready, true
-}
-
-// addLocked registers a waiter on sh, which stops lingering. h.mu is held.
-func (h *grantHub) addLocked(value string, sh *grantShard) *grantWaiter {
 	if sh.idle != nil {
 		sh.idle.Stop()
 	}
 	sh.waiters++
-	w := &grantWaiter{value: value, sh: sh, grant: make(chan uint64, 1), kick: make(chan struct{}, 1)}
+	w = &grantWaiter{value: value, sh: sh, grant: make(chan uint64, 1), kick: make(chan struct{}, 1)}
 	h.waiters[value] = w
-	return w
-}
-
-// readyLocked returns sh.ready while the subscription is unconfirmed, nil
-// once it is. h.mu is held.
-func (sh *grantShard) readyLocked() <-chan struct{} {
-	if sh.confirmed {
-		return nil
+	if join || !sh.confirmed {
+		ready = sh.ready
 	}
-	return sh.ready
+	return w, ready, true
 }
 
 // remove unregisters a waiter; its shard's last waiter starts the linger

@@ -348,7 +348,7 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	// lock costs no subscription, and a queued waiter joins below and
 	// renews once its subscription is confirmed, which takes a grant it
 	// missed.
-	w, ready, ok := l.grants.add(ls.value, channel)
+	w, ready, ok := l.grants.add(ls.value, channel, false)
 	if !ok {
 		return nil, fmt.Errorf("redis: acquire: %w", driver.ErrClosed)
 	}
@@ -368,7 +368,7 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 		return ls, nil
 	}
 	if w == nil {
-		if w, ready, ok = l.grants.join(ls.value, channel); !ok {
+		if w, ready, ok = l.grants.add(ls.value, channel, true); !ok {
 			l.takeBack(ctx, ls, cancelScript)
 			return nil, fmt.Errorf("redis: acquire: %w", driver.ErrClosed)
 		}
