@@ -73,11 +73,26 @@ func newGrantHub(open func(string) (*goredis.PubSub, bool)) *grantHub {
 	}
 }
 
-// add registers a waiter for the grant of value on channel. ready is
-// closed once the server confirmed the channel's subscription, or nil if
-// it already was: a grant published before then may have been missed, so
-// the waiter renews once when ready closes. ok is false after close.
-func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan struct{}, ok bool) {
+// add registers a waiter for the grant of value on channel.
+//
+// Before its first request (join false), it registers only when the
+// channel is subscribed already (a waiter whose first request queues it
+// may be granted before that request's reply is read); when it is not,
+// add returns a nil w and subscribes nothing, so that an Acquire whose
+// first request takes the lock, the common case, costs no subscription
+// (on a Cluster, a new connection per slot). ready is then closed once
+// the server confirmed the subscription, or nil if it already was: a
+// grant published before then may have been missed, so the waiter renews
+// once when ready closes.
+//
+// A waiter that was not registered joins (join true) once its first
+// request queued it, subscribing the channel if nobody has. Grants
+// published before it joined may have been missed, so ready is then always
+// returned, closed at (or already since) the confirmation: the waiter
+// renews then, which takes such a grant.
+//
+// ok is false after close.
+func (h *grantHub) add(value, channel string, join bool) (w *grantWaiter, ready <-chan struct{}, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -85,6 +100,9 @@ func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan stru
 	}
 	sh := h.shards[channel]
 	if sh == nil {
+		if !join {
+			return nil, nil, true
+		}
 		sh = &grantShard{channel: channel, ready: make(chan struct{})}
 		sh.ps, sh.sharded = h.open(channel)
 		h.shards[channel] = sh
@@ -93,18 +111,19 @@ func (h *grantHub) add(value, channel string) (w *grantWaiter, ready <-chan stru
 	}
 	if sh.idle != nil {
 		sh.idle.Stop()
-		sh.idle = nil
 	}
 	sh.waiters++
 	w = &grantWaiter{value: value, sh: sh, grant: make(chan uint64, 1), kick: make(chan struct{}, 1)}
 	h.waiters[value] = w
-	if !sh.confirmed {
+	if join || !sh.confirmed {
 		ready = sh.ready
 	}
 	return w, ready, true
 }
 
-// remove unregisters a waiter; its shard's last waiter starts the linger.
+// remove unregisters a waiter; its shard's last waiter starts the linger
+// (one timer per shard, re-armed: drop ignores a shard that has waiters
+// again).
 func (h *grantHub) remove(w *grantWaiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -112,7 +131,11 @@ func (h *grantHub) remove(w *grantWaiter) {
 	sh := w.sh
 	sh.waiters--
 	if sh.waiters == 0 && !h.closed {
-		sh.idle = time.AfterFunc(linger, func() { h.drop(sh) })
+		if sh.idle == nil {
+			sh.idle = time.AfterFunc(linger, func() { h.drop(sh) })
+		} else {
+			sh.idle.Reset(linger)
+		}
 	}
 }
 

@@ -478,3 +478,69 @@ func TestGrantChannelFlat(t *testing.T) {
 		}
 	}
 }
+
+// shardCount is how many grant channels the Locker l has subscribed.
+func shardCount(l *dlock.Locker) int {
+	h := l.Driver().(*locker).grants
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.shards)
+}
+
+// TestSubscribeOnlyWhenQueued: an Acquire that finds its lock free opens
+// no grant subscription (on a Cluster, one connection per slot: fresh
+// names would each open one); a waiter that queues subscribes then, and
+// its grant reaches it.
+func TestSubscribeOnlyWhenQueued(t *testing.T) {
+	for _, mk := range []func(testing.TB) *target{singleTarget, clusterTarget} {
+		tg := mk(t)
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			holder, w := open(t, ctx, tg.url), open(t, ctx, tg.url)
+			base := uniqueName(t)
+			for i := range 20 {
+				ls, err := w.Acquire(ctx, base+"/"+strconv.Itoa(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := shardCount(w); n != 0 {
+				t.Fatalf("%d grant subscriptions after 20 uncontended acquires, want none", n)
+			}
+			name := base + "/held"
+			held, err := holder.Acquire(ctx, name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				ls, err := w.Acquire(ctx, name, nil)
+				if err == nil {
+					err = ls.Release(ctx)
+				}
+				got <- err
+			}()
+			deadline := time.Now().Add(5 * time.Second)
+			for shardCount(w) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("a queued waiter's Locker has %d grant subscriptions after 5s, want 1", shardCount(w))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the queued waiter was not granted within 10s of the release")
+			}
+		})
+	}
+}

@@ -340,16 +340,23 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 		channel = l.grantChannel(n, cmd)
 		chArg = channel
 	}
-	// The waiter is registered before its first request: a release may
-	// hand it the lock and publish the grant as soon as the request has
-	// queued it, before its reply is even read, and a message for a value
-	// nobody has registered yet is dropped (the waiter then learnt of its
-	// grant only at its next renewal, up to a second later).
-	w, ready, ok := l.grants.add(ls.value, channel)
+	// The waiter is registered before its first request when its channel
+	// is subscribed: a release may hand it the lock and publish the grant
+	// as soon as the request has queued it, before its reply is even
+	// read, and a message for a value nobody has registered yet is
+	// dropped. When the channel is not subscribed, nothing is: a free
+	// lock costs no subscription, and a queued waiter joins below and
+	// renews once its subscription is confirmed, which takes a grant it
+	// missed.
+	w, ready, ok := l.grants.add(ls.value, channel, false)
 	if !ok {
 		return nil, fmt.Errorf("redis: acquire: %w", driver.ErrClosed)
 	}
-	defer l.grants.remove(w)
+	defer func() {
+		if w != nil {
+			l.grants.remove(w)
+		}
+	}()
 	start := time.Now()
 	granted, v, err := waitOn(ctx, l.client, waitArgs(ls.args[:], n, ls.valueArg, ttl, cmd, chArg))
 	if err != nil {
@@ -359,6 +366,12 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	if granted {
 		ls.token, ls.grantedAt = uint64(v), start
 		return ls, nil
+	}
+	if w == nil {
+		if w, ready, ok = l.grants.add(ls.value, channel, true); !ok {
+			l.takeBack(ctx, ls, cancelScript)
+			return nil, fmt.Errorf("redis: acquire: %w", driver.ErrClosed)
+		}
 	}
 	// safe is the start of the last request that found the waiter queued:
 	// a grant came after it, so a lease counted from it ends no later than
