@@ -174,8 +174,12 @@ func treeCPU(roots ...int) (time.Duration, error) {
 	return sumTicks(procs), nil
 }
 
-// listTree reads roots and every process descending from them (a scan of
-// all of /proc: milliseconds on a busy machine).
+// listTree reads roots and every process descending from them. It walks
+// the kernel's children lists (/proc/<pid>/task/<tid>/children), so its
+// cost is the tree's, not the machine's: a scan of all of /proc, which it
+// falls back to where the kernel keeps no such lists, cost milliseconds
+// and most of dlockbench's own CPU on a busy machine, around the very
+// slices it measured.
 func listTree(roots []int) (map[int]procTimes, error) {
 	procs := map[int]procTimes{}
 	var firstErr error
@@ -195,6 +199,63 @@ func listTree(roots []int) (map[int]procTimes, error) {
 		}
 		return nil, firstErr
 	}
+	if !hasChildrenLists() {
+		return scanTree(procs), nil
+	}
+	queue := slices.Collect(maps.Keys(procs))
+	for len(queue) > 0 {
+		p := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, k := range childrenOf(p) {
+			if _, seen := procs[k]; seen {
+				continue
+			}
+			if pt, err := readProcTimes(k); err == nil {
+				procs[k] = pt
+				queue = append(queue, k)
+			}
+		}
+	}
+	return procs, nil
+}
+
+// hasChildrenLists reports whether the kernel keeps children lists
+// (CONFIG_PROC_CHILDREN).
+var hasChildrenLists = sync.OnceValue(func() bool {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	_, err = os.Stat("/proc/self/task/" + tasks[0].Name() + "/children")
+	return err == nil
+})
+
+// childrenOf returns the children of every thread of pid (none once it
+// has ended).
+func childrenOf(pid int) []int {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/children")
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// scanTree adds to procs (the roots) every process descending from them,
+// found by a scan of all of /proc.
+func scanTree(procs map[int]procTimes) map[int]procTimes {
 	isRoot := map[int]bool{}
 	for r := range procs {
 		isRoot[r] = true
@@ -228,7 +289,7 @@ func listTree(roots []int) (map[int]procTimes, error) {
 			procs[p] = pt
 		}
 	}
-	return procs, nil
+	return procs
 }
 
 func sumTicks(procs map[int]procTimes) time.Duration {

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -139,5 +141,41 @@ func TestCachedTreeFollowsTheTree(t *testing.T) {
 	}
 	if _, err := (&cachedTree{}).cpu(1 << 30); err == nil {
 		t.Error("a process that does not exist: no error")
+	}
+}
+
+// TestListTreeWalksTheChildren: the walk of the kernel's children lists
+// finds the same processes as a scan of all of /proc, grandchildren
+// included.
+func TestListTreeWalksTheChildren(t *testing.T) {
+	if !hasChildrenLists() {
+		t.Skip("this kernel keeps no children lists: listTree scans /proc")
+	}
+	// The shell, a child shell with its sleep (a grandchild), a sleep.
+	cmd := exec.Command("sh", "-c", "sh -c 'sleep 30 & wait' & sleep 30 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	var walked, scanned map[int]procTimes
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var err error
+		if walked, err = listTree([]int{cmd.Process.Pid}); err != nil {
+			t.Fatal(err)
+		}
+		root, _ := readProcTimes(cmd.Process.Pid)
+		scanned = scanTree(map[int]procTimes{cmd.Process.Pid: root})
+		if len(walked) >= 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the shell has not forked both yet
+	}
+	if len(walked) != 4 || !maps.EqualFunc(walked, scanned, func(a, b procTimes) bool { return a.ppid == b.ppid }) {
+		t.Errorf("walked %v, scanned %v; want the shell, its child shell, two sleeps in both", slices.Sorted(maps.Keys(walked)), slices.Sorted(maps.Keys(scanned)))
 	}
 }
