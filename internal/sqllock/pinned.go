@@ -465,7 +465,8 @@ func (p *pinnedLease) loseLocked(ctx context.Context, broken bool) {
 		l.goCleanup(func() {
 			cctx, cancel := cleanupCtx(ctx)
 			defer cancel()
-			if _, err := s.exec(cctx, l.d.(Sharer).SharedUnlock(l.t, r)); err != nil {
+			var ignored any
+			if _, err := s.exec(cctx, l.d.(Sharer).SharedUnlock(l.t, r), &ignored); err != nil {
 				l.breakSession(ctx, s)
 			}
 			l.leave(s, r.Name, false)

@@ -102,8 +102,8 @@ func (l *Locker) maxShared() int {
 
 // keepIdle reports whether a session without leases is kept for the next
 // lease (for idleKeep) rather than given back to the pool at once: not
-// on a pool so small that it would starve its other users.
-func (l *Locker) keepIdle() bool { n := l.pool.MaxConns(); return n == 0 || n > 2 }
+// on a pool of one connection, whose other users it would starve.
+func (l *Locker) keepIdle() bool { return l.pool.MaxConns() != 1 }
 
 // idleKeep is how long a session without leases is kept. Well under the
 // shortest idle timeout a setup sets (the TTL), so that the server never
@@ -189,21 +189,17 @@ func (l *Locker) leave(s *session, name string, attempt bool) {
 	if attempt {
 		s.busy--
 	}
-	if s.gone || len(s.names) > 0 || s.busy > 0 {
-		l.mu.Unlock()
-		return
-	}
-	if s.shared && l.keepIdle() && !l.closing {
+	if !s.gone && len(s.names) == 0 && s.busy == 0 && s.shared && l.keepIdle() && !l.closing {
 		s.idle = time.AfterFunc(idleKeep(s.ttl), func() { l.retire(s) })
 		l.mu.Unlock()
 		return
 	}
-	l.unlist(s)
 	l.mu.Unlock()
-	l.giveBack(s)
+	l.retire(s)
 }
 
-// retire gives back a session that stayed without leases.
+// retire gives back a session left without leases (unless it has gone,
+// or has been taken again meanwhile).
 func (l *Locker) retire(s *session) {
 	l.mu.Lock()
 	if s.gone || len(s.names) > 0 || s.busy > 0 {
@@ -244,7 +240,8 @@ func (l *Locker) giveBack(s *session) {
 	discard := false
 	if sh, ok := l.d.(Sharer); ok && set {
 		ctx, cancel := cleanupCtx(context.Background())
-		_, err := s.conn.Run(ctx, sh.Reset(l.t))
+		var ignored any
+		_, err := s.conn.Run(ctx, sh.Reset(l.t), &ignored)
 		cancel()
 		discard = err != nil
 	}
@@ -315,7 +312,8 @@ func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait boo
 			// The try may have been granted before the error: free it
 			// (alone), or break the session when that fails.
 			uctx, cancel := sharedCtx(ctx, false)
-			if _, uerr := s.exec(uctx, sh.SharedUnlock(l.t, r)); uerr != nil {
+			var ignored any
+			if _, uerr := s.exec(uctx, sh.SharedUnlock(l.t, r), &ignored); uerr != nil {
 				l.breakSession(ctx, s)
 			}
 			cancel()
