@@ -47,7 +47,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	}
 	c, err := l.pool.Pin(ctx)
 	if err != nil {
-		return nil, l.poolErr(ctx, req.Name, err)
+		return nil, l.poolErr(ctx, err)
 	}
 	for created, recovered := false, false; ; {
 		if wait {

@@ -287,7 +287,7 @@ func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait boo
 	for retried := false; ; retried = true {
 		s, err := l.pickSession(ctx, r.Name, r.TTL)
 		if err != nil {
-			return nil, false, l.poolErr(ctx, r.Name, err)
+			return nil, false, l.poolErr(ctx, err)
 		}
 		sctx, cancel := sharedCtx(ctx, false)
 		start := time.Now()
@@ -353,16 +353,16 @@ func (l *Locker) share(p *pinnedLease) {
 }
 
 // poolErr is the error of a connection the pool did not give: when the
-// wait for one ended the attempt, it says that the pool's connections
-// are all taken (each session lock needs one while it waits).
-func (l *Locker) poolErr(ctx context.Context, name string, err error) error {
+// wait for one ended the attempt, it says that the pool's connections are
+// all taken (a blocking Acquire needs one of its own while it waits).
+func (l *Locker) poolErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil || isCtx(err) {
 		l.mu.Lock()
 		n := len(l.pinned)
 		l.mu.Unlock()
-		return l.errorf("acquire %q: waiting for a connection of the pool (at most %d; %d leases of this Locker hold some): %w", name, l.pool.MaxConns(), n, ctxOr(ctx, err))
+		return l.errorf("waiting for a connection of the pool (%d leases of this Locker hold some): %w", n, ctxOr(ctx, err))
 	}
-	return l.errorf("acquire %q: taking a connection: %w", name, err)
+	return l.errorf("taking a connection: %w", err)
 }
 
 // ctxOr returns ctx's error when it has ended, else err.
