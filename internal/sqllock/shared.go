@@ -189,13 +189,33 @@ func (l *Locker) leave(s *session, name string, attempt bool) {
 	if attempt {
 		s.busy--
 	}
-	if !s.gone && len(s.names) == 0 && s.busy == 0 && s.shared && l.keepIdle() && !l.closing {
+	if s.gone || len(s.names) > 0 || s.busy > 0 {
+		l.mu.Unlock()
+		return
+	}
+	if s.shared && l.keepIdle() && !l.closing && !l.idleOf(s.ttl) {
 		s.idle = time.AfterFunc(idleKeep(s.ttl), func() { l.retire(s) })
 		l.mu.Unlock()
 		return
 	}
+	// Another is kept already: this one goes back to the pool now (a
+	// session shared after a wait would otherwise hold a connection for
+	// idleKeep after every contended grant), its reset off the caller's
+	// path.
+	l.unlist(s)
 	l.mu.Unlock()
-	l.retire(s)
+	l.goCleanup(func() { l.giveBack(s) })
+}
+
+// idleOf reports whether a session of ttl is kept without leases (l.mu
+// held).
+func (l *Locker) idleOf(ttl time.Duration) bool {
+	for _, o := range l.sessions {
+		if o.ttl == ttl && o.idle != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // retire gives back a session left without leases (unless it has gone,
