@@ -325,16 +325,38 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	// A SET evaluates all its values before it assigns any: GET_LOCK's
 	// result is read by the next statement. The INSERT's ROW_COUNT() is
 	// the UPDATE's.
-	return []sqllock.Stmt{
-		sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), getLockTimeout(r)),
-		sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(@dlock_g = 1, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)),
+	return d.SharedLock(t, r, true)
+}
+
+var _ sqllock.Sharer = dialect{}
+
+// Dedicated: GET_LOCK's leases always share sessions (Inspect reads the
+// holder from the row its grant writes, which names the lock).
+func (dialect) Dedicated(sqllock.Req) bool { return false }
+
+// SharedLock is getlock's Lock; the session's wait_timeout is changed
+// (on a grant) only with setup, once per session.
+func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.Stmt {
+	out := []sqllock.Stmt{sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), getLockTimeout(r))}
+	if setup {
+		out = append(out, sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(@dlock_g = 1, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)))
+	}
+	return append(out,
 		sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID() WHERE name = ? AND @dlock_g = 1",
 			r.Owner, r.Name),
 		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_g = 1 AND ROW_COUNT() = 0",
 			r.Name, r.Owner),
 		sqllock.S("SELECT LAST_INSERT_ID() FROM DUAL WHERE @dlock_g = 1"),
-	}
+	)
 }
+
+// SharedUnlock frees r's GET_LOCK alone.
+func (dialect) SharedUnlock(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", nativeKey(t, r))}
+}
+
+// Reset puts back the wait_timeout that SharedLock's setup changed.
+func (dialect) Reset(sqllock.Table) []sqllock.Stmt { return []sqllock.Stmt{restoreWait} }
 
 var _ sqllock.FencingNoter = dialect{}
 

@@ -245,6 +245,44 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		args...)}
 }
 
+var _ sqllock.Sharer = dialect{}
+
+// Dedicated: a lease with an Owner announces its token and owner in its
+// session's application_name (announce), where Inspect reads them, so it
+// needs a session of its own; leases without one share sessions and
+// announce nothing (Inspect shows them held, token and owner unknown).
+func (dialect) Dedicated(r sqllock.Req) bool { return r.Owner != "" }
+
+// SharedLock takes the advisory lock and then the token in one statement,
+// as Lock does, but leaves the session's application_name alone and sets
+// its idle timeout only with setup (saving the session's value in
+// dlock.idle for Reset): every lease of a shared session has its TTL.
+func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.Stmt {
+	grant := "SELECT " + nextval(t) + " AS f WHERE pg_try_advisory_lock($1) OFFSET 0"
+	args := []any{advisoryKey(t, r.Name)}
+	if !r.NoWait {
+		grant = "SELECT " + nextval(t) + " AS f FROM (SELECT pg_advisory_lock(CASE WHEN set_config('lock_timeout', $2, true) IS NOT NULL THEN $1::bigint END) AS k OFFSET 0) a OFFSET 0"
+		args = append(args, lockTimeout(r))
+	}
+	if !setup {
+		return []sqllock.Stmt{sqllock.S(grant, args...)}
+	}
+	args = append(args, strconv.FormatInt(timeoutMS(r.TTL), 10))
+	return []sqllock.Stmt{sqllock.S("SELECT f FROM ("+grant+") g WHERE "+
+		"set_config('idle_session_timeout', CASE WHEN "+save("dlock.idle", "idle_session_timeout")+" THEN $"+strconv.Itoa(len(args))+"::text END, false) IS NOT NULL",
+		args...)}
+}
+
+// SharedUnlock frees r's advisory lock alone.
+func (dialect) SharedUnlock(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S("SELECT pg_advisory_unlock($1)", advisoryKey(t, r.Name))}
+}
+
+// Reset puts back the idle timeout that SharedLock's setup saved.
+func (dialect) Reset(sqllock.Table) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S("SELECT set_config('idle_session_timeout', current_setting('dlock.idle'), false)")}
+}
+
 // save is a condition, always true, that copies the session's setting
 // into the placeholder variable to.
 func save(to, setting string) string {

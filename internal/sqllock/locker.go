@@ -43,6 +43,9 @@ type Locker struct {
 
 	mu       sync.Mutex
 	pinned   map[*pinnedLease]struct{}
+	sessions []*session // shared sessions (Sharer), with leases or kept idle
+	opening  int        // shared sessions being opened
+	closing  bool
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
 
 	hub *hub
@@ -250,11 +253,22 @@ func (l *Locker) Close() error {
 	}
 	l.cleanups.Stop()
 	l.mu.Lock()
+	l.closing = true
 	left := make([]*pinnedLease, 0, len(l.pinned))
 	for p := range l.pinned {
 		left = append(left, p)
 	}
+	var idle []*session
+	for _, s := range append([]*session(nil), l.sessions...) {
+		if len(s.names) == 0 && s.busy == 0 {
+			l.unlist(s)
+			idle = append(idle, s)
+		}
+	}
 	l.mu.Unlock()
+	for _, s := range idle { // kept for the next lease: back to the pool
+		l.giveBack(s)
+	}
 	for _, p := range left { // leases the portable layer did not end
 		p.lose(context.Background())
 	}
@@ -273,7 +287,7 @@ func (l *Locker) Sessions() []int64 {
 	defer l.mu.Unlock()
 	out := make([]int64, 0, len(l.pinned))
 	for p := range l.pinned {
-		out = append(out, p.conn.Session())
+		out = append(out, p.s.conn.Session())
 	}
 	return out
 }

@@ -24,11 +24,31 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: !wait}
+	sh, shared := l.sharer(r)
+	if shared {
+		p, granted, err := l.acquireShared(ctx, sh, r, wait)
+		if err != nil {
+			return nil, err
+		}
+		if granted {
+			if ctx.Err() != nil {
+				// Granted, but ctx ended meanwhile: give it back.
+				cctx, cancel := cleanupCtx(ctx)
+				_ = p.Release(cctx)
+				cancel()
+				return nil, ctx.Err()
+			}
+			p.arm()
+			return p, nil
+		}
+		// Held by another: wait in the server's queue on a connection of
+		// its own, shared once granted.
+	}
 	c, err := l.pool.Pin(ctx)
 	if err != nil {
-		return nil, ctxErr(ctx, l.errorf("taking a connection: %w", err))
+		return nil, l.poolErr(ctx, err)
 	}
-	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: !wait}
 	for created, recovered := false, false; ; {
 		if wait {
 			r.Wait = 0
@@ -38,7 +58,11 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 		start := time.Now()
 		var token int64
-		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		lock := l.d.Lock(l.strategy, l.t, r)
+		if shared {
+			lock = sh.SharedLock(l.t, r, true)
+		}
+		found, err := c.Run(ctx, lock, &token)
 		if err == nil && found && token == 0 && l.strategy == ForUpdate {
 			// The server lost its marker (a crash, a failover): no token
 			// was taken. Move the counter on, then try again.
@@ -53,7 +77,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			continue
 		}
 		if err == nil && found {
-			return l.grant(ctx, c, r, token, start)
+			return l.grantAs(ctx, c, r, token, start, shared)
 		}
 		kind := KindOther
 		if err != nil {
@@ -179,6 +203,12 @@ func (l *Locker) notAcquired() error {
 // a long wait restarts the server's idle timer so that the lease's
 // deadline counts from a known moment.
 func (l *Locker) grant(ctx context.Context, c Conn, r Req, token int64, start time.Time) (driver.Lease, error) {
+	return l.grantAs(ctx, c, r, token, start, false)
+}
+
+// grantAs is grant; with shared, c's session is shared once granted
+// (Sharer: it was set up by the grant and holds nothing else).
+func (l *Locker) grantAs(ctx context.Context, c Conn, r Req, token int64, start time.Time, shared bool) (driver.Lease, error) {
 	if ctx.Err() != nil {
 		// Granted, but ctx ended meanwhile: a driver may be closing the
 		// connection right now (go-sql-driver does when ctx ends as a
@@ -204,6 +234,9 @@ func (l *Locker) grant(ctx context.Context, c Conn, r Req, token int64, start ti
 		p.mu.Lock()
 		p.granted = p.lastPing
 		p.mu.Unlock()
+	}
+	if shared {
+		l.share(p)
 	}
 	p.arm()
 	return p, nil
@@ -236,9 +269,9 @@ type pinnedLease struct {
 	r     Req
 	token int64
 
-	mu       sync.Mutex // serialises the connection's statements
+	mu       sync.Mutex // serialises the lease's statements
 	granted  time.Time
-	conn     Conn
+	s        *session
 	ended    bool
 	lastPing time.Time
 	lost     chan struct{}
@@ -250,7 +283,7 @@ type pinnedLease struct {
 }
 
 func (l *Locker) newPinned(c Conn, r Req, token int64, start time.Time) *pinnedLease {
-	p := &pinnedLease{l: l, r: r, token: token, granted: start, conn: c, lost: make(chan struct{})}
+	p := &pinnedLease{l: l, r: r, token: token, granted: start, s: &session{conn: c}, lost: make(chan struct{})}
 	p.deadline = localDeadline(start, r.TTL)
 	l.mu.Lock()
 	l.pinned[p] = struct{}{}
@@ -289,7 +322,7 @@ func (p *pinnedLease) expire() {
 		p.expiry.Reset(d)
 		return
 	}
-	p.loseLocked(context.Background())
+	p.loseLocked(context.Background(), false)
 }
 
 // Token returns the grant's token.
@@ -307,7 +340,7 @@ func (p *pinnedLease) GrantedAt() time.Time {
 func (p *pinnedLease) Lost() <-chan struct{} { return p.lost }
 
 // Session is the server's id of the pinned connection.
-func (p *pinnedLease) Session() int64 { return p.conn.Session() }
+func (p *pinnedLease) Session() int64 { return p.s.conn.Session() }
 
 // Refresh pings the pinned connection, which restarts the server's idle
 // timer (idle_in_transaction_session_timeout, wait_timeout) and proves
@@ -334,7 +367,7 @@ func (p *pinnedLease) ping(ctx context.Context, ttl time.Duration) (lost, err er
 	}
 	start := time.Now()
 	var held bool
-	found, err := p.conn.Run(ctx, p.l.d.Ping(p.l.strategy, p.l.t, p.r), &held)
+	found, err := p.exec(ctx, p.l.d.Ping(p.l.strategy, p.l.t, p.r), &held)
 	if err == nil && found && held {
 		p.lastPing = start
 		if nd := localDeadline(start, ttl); nd.After(p.deadline) {
@@ -345,15 +378,36 @@ func (p *pinnedLease) ping(ctx context.Context, ttl time.Duration) (lost, err er
 		}
 		return nil, nil
 	}
-	p.loseLocked(ctx)
+	p.loseLocked(ctx, err != nil)
 	if err == nil {
 		err = errors.New("the server no longer holds the lock")
 	}
 	return err, nil
 }
 
+// exec runs stmts on the lease's session: on a shared one, not cut short
+// by ctx's cancellation, which would break the session of other leases
+// (sharedCtx).
+func (p *pinnedLease) exec(ctx context.Context, stmts []Stmt, dest ...any) (bool, error) {
+	if !p.s.shared {
+		return p.s.exec(ctx, stmts, dest...)
+	}
+	sctx, cancel := sharedCtx(ctx, true)
+	defer cancel()
+	return p.s.exec(sctx, stmts, dest...)
+}
+
+// unlock is the lease's release script: on a shared session, its own
+// lock alone.
+func (p *pinnedLease) unlock() []Stmt {
+	if p.s.shared {
+		return p.l.d.(Sharer).SharedUnlock(p.l.t, p.r)
+	}
+	return p.l.d.Unlock(p.l.strategy, p.l.t, p.r)
+}
+
 // Release rolls back (ForUpdate) or unlocks (Native) and returns the
-// connection to the pool.
+// connection to the pool (a shared session: once it holds nothing).
 func (p *pinnedLease) Release(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -361,9 +415,9 @@ func (p *pinnedLease) Release(ctx context.Context) error {
 		return fmt.Errorf("%s: release: %w (the connection was lost)", p.l.d.Backend(), driver.ErrNotHeld)
 	}
 	held := true
-	found, err := p.conn.Run(ctx, p.l.d.Unlock(p.l.strategy, p.l.t, p.r), &held)
+	found, err := p.exec(ctx, p.unlock(), &held)
 	if err != nil {
-		p.loseLocked(ctx)
+		p.loseLocked(ctx, true)
 		if isCtx(err) {
 			return err
 		}
@@ -376,33 +430,55 @@ func (p *pinnedLease) Release(ctx context.Context) error {
 	return nil
 }
 
-// lose ends the lease after a failure: the connection is abandoned (the
-// server drops it, and with it the lock) and Lost is closed.
+// lose ends the lease after a failure of its session: the server drops
+// the session, and with it the lock; Lost is closed.
 func (p *pinnedLease) lose(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.ended {
-		p.loseLocked(ctx)
+		p.loseLocked(ctx, true)
 	}
 }
 
-// The loss is signalled at once and the connection abandoned in the
+// loseLocked ends the lease: the loss is signalled at once. A session
+// that broke (broken), or one of this lease alone, is abandoned in the
 // background: abandoning may wait up to the clean-up bound (MySQL KILLs
 // the session from a pooled connection, which may be cut off too), and
 // the caller (the keep-alive) must see the loss now, before the server
-// can give the lock to another client. Close waits for these clean-ups.
-func (p *pinnedLease) loseLocked(ctx context.Context) {
+// can give the lock to another client. A shared session that lives on
+// (the lease's deadline passed) frees this lease's lock alone. Close
+// waits for these clean-ups.
+func (p *pinnedLease) loseLocked(ctx context.Context, broken bool) {
 	close(p.lost)
 	p.ended = true
 	if p.expiry != nil {
 		p.expiry.Stop()
 	}
 	p.l.forget(p)
-	p.l.goCleanup(func() {
+	s, l := p.s, p.l
+	if s.shared && broken {
+		l.breakSession(ctx, s)
+		return
+	}
+	if s.shared {
+		r := p.r
+		l.goCleanup(func() {
+			cctx, cancel := cleanupCtx(ctx)
+			defer cancel()
+			var ignored any
+			if _, err := s.exec(cctx, l.d.(Sharer).SharedUnlock(l.t, r), &ignored); err != nil {
+				l.breakSession(ctx, s)
+			}
+			l.leave(s, r.Name, false)
+		})
+		return
+	}
+	s.broken.Store(true)
+	l.goCleanup(func() {
 		cctx, cancel := cleanupCtx(ctx)
 		defer cancel()
-		p.conn.Abandon(cctx)
-		p.conn.Release(true)
+		s.conn.Abandon(cctx)
+		s.conn.Release(true)
 	})
 }
 
@@ -411,13 +487,20 @@ func (p *pinnedLease) end(discard bool) {
 	if p.expiry != nil {
 		p.expiry.Stop()
 	}
-	p.conn.Release(discard)
 	p.l.forget(p)
+	if p.s.shared {
+		p.l.leave(p.s, p.r.Name, false)
+		return
+	}
+	p.s.conn.Release(discard)
 }
 
 // forget drops p from the live leases.
 func (l *Locker) forget(p *pinnedLease) {
 	l.mu.Lock()
 	delete(l.pinned, p)
+	if p.s.leases != nil {
+		delete(p.s.leases, p)
+	}
 	l.mu.Unlock()
 }

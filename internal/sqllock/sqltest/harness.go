@@ -23,6 +23,16 @@ func Revoke(ctx context.Context, admin *dlock.Locker, strategy, name string) err
 		_, err := run(ctx, admin, AdminSQL(admin).Expire, []any{name}, &ok)
 		return err
 	}
+	session, err := HolderSession(ctx, admin, name)
+	if err != nil {
+		return err
+	}
+	return Kill(ctx, admin, session)
+}
+
+// HolderSession returns the server session that holds name (a pinned
+// strategy's lock).
+func HolderSession(ctx context.Context, admin *dlock.Locker, name string) (int64, error) {
 	var session int64
 	script := AdminSQL(admin).Holder
 	stmts := make([]sqllock.Stmt, len(script))
@@ -35,12 +45,12 @@ func Revoke(ctx context.Context, admin *dlock.Locker, strategy, name string) err
 	}
 	found, err := Exec(ctx, admin, stmts, &session)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !found {
-		return fmt.Errorf("sqltest: %q has no holder session", name)
+		return 0, fmt.Errorf("sqltest: %q has no holder session", name)
 	}
-	return Kill(ctx, admin, session)
+	return session, nil
 }
 
 // Kill ends a server session and waits until it is gone (its locks are
