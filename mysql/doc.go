@@ -138,6 +138,22 @@
 // PostgreSQL: a broken connection is a lost lease, and the server frees a
 // silent holder after wait_timeout, which the TTL sets.
 //
+// # Sessions
+//
+// forupdate pins a pool connection per lease (the row lock lives in its
+// transaction). getlock leases share connections: one session holds the
+// GET_LOCK locks of many leases, a lease frees only its own (RELEASE_LOCK
+// of its name, never RELEASE_ALL_LOCKS while another lease holds on the
+// session), two leases of one name on one Locker never stack on one
+// session (GET_LOCK is reentrant per session), and a session that breaks
+// ends exactly the leases on it (Done for each). A blocking Acquire waits
+// on a connection of its own, which is shared once granted. wait_timeout,
+// which frees a silent holder's locks within its TTL, is set at a
+// session's first grant and put back when the connection returns to the
+// pool; leases of different TTLs do not share a session. So a Locker
+// holds as many getlock leases as it likes on a small pool, and no longer
+// opens a connection per lease (TestSharedSessions: 200 on 8).
+//
 // # Inspect
 //
 // Locker.Inspect (dlock status) reports, on every strategy, whether the

@@ -122,6 +122,21 @@
 // bound for the holder (every statement on the pinned connection restarts
 // the server's timer).
 //
+// # Sessions
+//
+// forupdate pins a pool connection per lease (the row lock lives in its
+// transaction). advisory leases share connections: one session holds the
+// advisory locks of many leases, a lease frees only its own (never
+// pg_advisory_unlock_all or a RESET while another lease holds on the
+// session), two leases of one name on one Locker never stack on one
+// session, and a session that breaks ends exactly the leases on it (Done
+// for each). A blocking Acquire waits on a connection of its own, which
+// is shared once granted. The session's idle_session_timeout, which frees
+// a silent holder's locks within its TTL, is set at its first grant and
+// put back when the connection returns to the pool; leases of different
+// TTLs do not share a session. So a Locker holds as many advisory leases
+// as it likes on a small pool (TestSharedSessions: 200 on 8 connections).
+//
 // # Inspect
 //
 // Locker.Inspect (dlock status) reports, on every strategy, whether the
@@ -132,7 +147,10 @@
 // token from its application_name, which a grant sets, in the statement
 // that takes the token, to "dlock <token> <owner>" (for the transaction
 // on forupdate; until the release on advisory, which then resets it):
-// pg_stat_activity shows it too. The server keeps at most 63 bytes of it,
+// pg_stat_activity shows it too. On advisory only a lease with an Owner
+// announces itself (and keeps a connection of its own for it: see
+// Sessions); a lease without one is reported held, with its owner and
+// token unknown. The server keeps at most 63 bytes of it,
 // in printable ASCII (other bytes become '?'): a longer owner is reported
 // cut. A free lock's fence is the row's on forupdate and version (the
 // last committed grant's) and unknown on advisory, which writes no row.
