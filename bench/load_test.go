@@ -149,7 +149,7 @@ func TestCachedTreeFollowsTheTree(t *testing.T) {
 // included.
 func TestListTreeWalksTheChildren(t *testing.T) {
 	if !hasChildrenLists() {
-		t.Skip("this kernel keeps no children lists: listTree scans /proc")
+		t.Skip("the kernel lacks the children-lists capability (CONFIG_PROC_CHILDREN): listTree scans /proc")
 	}
 	// The shell, a child shell with its sleep (a grandchild), a sleep.
 	cmd := exec.Command("sh", "-c", "sh -c 'sleep 30 & wait' & sleep 30 & wait")
