@@ -31,8 +31,8 @@ type attempt struct {
 	start   time.Time // the grant time of enqueue's grant (see lease.at)
 	renewed time.Time // start of the etcd lease's last successful grant or renewal
 	id      clientv3.LeaseID
-	key   string
-	rev   int64 // our key's create revision: the fencing token once granted
+	key     string
+	rev     int64 // our key's create revision: the fencing token once granted
 
 	// pred is a lock's predecessor as enqueue's transaction read it (the
 	// key with the greatest create revision below ours), nil when unknown
