@@ -332,7 +332,7 @@ func openPostgresSemaphore(ctx context.Context, rawURL string, ttl time.Duration
 // the token is the name's counter+1 on a second connection (durable
 // before it is returned). A waiter tries again every semPoll.
 func openMySQLSemaphore(ctx context.Context, rawURL string, ttl time.Duration) (*Semaphore, error) {
-	db, c, err := mySemConn(ctx, rawURL)
+	db, c, err := myPinnedConn(ctx, rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -416,11 +416,11 @@ func openMySQLSemaphore(ctx context.Context, rawURL string, ttl time.Duration) (
 	}, nil
 }
 
-// mySemConn opens one pinned MySQL connection with myConn's settings
-// (parameters interpolated by the client, several statements per
-// request), as a *sql.Conn for the multi-statement query whose last
-// result set the semaphore floor reads.
-func mySemConn(ctx context.Context, rawURL string) (*sql.DB, *sql.Conn, error) {
+// myPinnedConn opens one pinned MySQL connection from a
+// mysql://user:password@host/db URL, with the settings that save round
+// trips: parameters interpolated by the client, several statements per
+// request. The password never appears in its errors.
+func myPinnedConn(ctx context.Context, rawURL string) (*sql.DB, *sql.Conn, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
 		return nil, nil, err

@@ -10,7 +10,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -308,31 +307,11 @@ func pgToken(row pgx.Row) (uint64, bool, error) {
 	return uint64(*v), true, nil
 }
 
-// myConn opens one pinned connection from a mysql://user:password@host/db
-// URL, with the settings that save round trips: parameters interpolated
-// by the client, several statements per request.
+// myConn opens one pinned connection (myPinnedConn) for the SQL floors.
 func myConn(ctx context.Context, rawURL string) (*SQLConn, error) {
-	u, err := parseURL(rawURL)
+	db, c, err := myPinnedConn(ctx, rawURL)
 	if err != nil {
 		return nil, err
-	}
-	cfg := mysql.NewConfig()
-	cfg.Net, cfg.Addr = "tcp", u.Host
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.DBName = strings.TrimPrefix(u.Path, "/")
-	cfg.InterpolateParams = true
-	cfg.MultiStatements = true
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("floor: mysql: %w", err)
-	}
-	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(1)
-	c, err := db.Conn(ctx)
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("floor: mysql: %w", err)
 	}
 	exec := func(ctx context.Context, q string, args ...any) (int64, error) {
 		res, err := c.ExecContext(ctx, q, args...)
