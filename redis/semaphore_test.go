@@ -41,6 +41,23 @@ func semKeys(name string) layout.RedisSemaphore {
 	return layout.RedisSemaphoreKeys(DefaultPrefix, name)
 }
 
+// heldPermit is where the semaphore tests that reach behind the driver
+// start: two Lockers on tg, its raw client, a fresh semaphore name and its
+// keys, and one of its n permits held by the first Locker.
+func heldPermit(t *testing.T, tg *target, n int) (ctx context.Context, a, b *dlock.Locker, raw goredis.UniversalClient, name string, k layout.RedisSemaphore, held *dlock.Lease) {
+	t.Helper()
+	ctx = testCtx(t)
+	a, b = open(t, ctx, tg.url), open(t, ctx, tg.url)
+	raw = tg.raw[0]
+	name = uniqueName(t)
+	k = semKeys(name)
+	held, err := semaphore(t, a, name, n).TryAcquire(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, a, b, raw, name, k, held
+}
+
 // TestSemaphoreAtMostN: 4 Lockers × 4 goroutines contend for 3 permits,
 // each holding a permit briefly and releasing it: never more than 3
 // holders at once (counted locally between a grant and its release, and
@@ -157,15 +174,7 @@ func TestSemaphoreKeys(t *testing.T) {
 // free, the next attempt's N applies.
 func TestSemaphoreMismatch(t *testing.T) {
 	forSemaphores(t, func(t *testing.T, tg *target) {
-		ctx := testCtx(t)
-		a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
-		raw := tg.raw[0]
-		name := uniqueName(t)
-		k := semKeys(name)
-		held, err := semaphore(t, a, name, 2).TryAcquire(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, a, b, raw, name, k, held := heldPermit(t, tg, 2)
 		state := func() string {
 			h, _ := raw.ZRange(ctx, k.Holders, 0, -1).Result()
 			n, _ := raw.Get(ctx, k.Permits).Result()
@@ -340,15 +349,7 @@ func TestSemaphoreExpiry(t *testing.T) {
 // registration's own 3s expiry), no registration of its Locker.
 func TestSemaphoreCancelLeavesNothing(t *testing.T) {
 	forSemaphores(t, func(t *testing.T, tg *target) {
-		ctx := testCtx(t)
-		a, b := open(t, ctx, tg.url), open(t, ctx, tg.url)
-		raw := tg.raw[0]
-		name := uniqueName(t)
-		k := semKeys(name)
-		held, err := semaphore(t, a, name, 1).TryAcquire(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, _, b, raw, name, k, held := heldPermit(t, tg, 1)
 		sem := semaphore(t, b, name, 1)
 		id := b.Driver().(*locker).semHub.id
 		cctx, cancel := context.WithCancel(ctx)
