@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/testenv"
 	_ "github.com/dlock-go/dlock/memory"
+	_ "github.com/dlock-go/dlock/postgres"
 	_ "github.com/dlock-go/dlock/redis"
 )
 

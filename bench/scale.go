@@ -147,6 +147,10 @@ func scaleLimit(w Workload) time.Duration {
 	return 2*scaleWarmLimit + 3*w.Duration + ScaleLeaseTTL + scaleSlack
 }
 
+// scaleAcquireLimit bounds each Acquire of the leases curve, on a free
+// name. A variable for tests.
+var scaleAcquireLimit = 2 * time.Second
+
 // scaleSlack is a variable for tests.
 var scaleSlack = 5 * time.Second
 
@@ -442,21 +446,31 @@ func scaleLeases(ctx context.Context, t Target, w Workload) (*Row, error) {
 	idleWall := time.Since(t0)
 
 	// The leases, taken by 8 goroutines at once (1 000 one after another
-	// on a SQL strategy would take seconds).
+	// on a SQL strategy would take seconds). Each name is free, so an
+	// Acquire that takes scaleAcquireLimit waits for something else: a
+	// strategy that pins a connection per lease has run out of its pool.
+	// Taking stops there, and the point measures the leases it holds
+	// (its note says how many of how many, and why).
 	leases := make([]*dlock.Lease, w.Names)
 	var st loopStats
 	var next atomic.Int64
+	var full atomic.Bool
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= w.Names || octx.Err() != nil {
+				if i >= w.Names || octx.Err() != nil || full.Load() {
 					return
 				}
-				ls, err := l.Acquire(octx, prefix+strconv.Itoa(i), opts)
+				actx, cancel := context.WithTimeout(octx, scaleAcquireLimit)
+				ls, err := l.Acquire(actx, prefix+strconv.Itoa(i), opts)
+				cancel()
 				if err != nil {
 					st.fail(err)
+					if actx.Err() != nil {
+						full.Store(true)
+					}
 					continue
 				}
 				leases[i] = ls
@@ -516,7 +530,11 @@ func scaleLeases(ctx context.Context, t Target, w Workload) (*Row, error) {
 	row.Params["window"] = window.String()
 	row.Params["duration"] = window.String()
 	row.Errors, row.LastError = st.errors.Load(), st.lastErr
-	if held < w.Names {
+	switch {
+	case held < w.Names && full.Load():
+		row.Note = joinNote(row.Note, fmt.Sprintf("held %d of %d leases: an Acquire of a free name waited %v (a strategy that pins a connection per lease has no more in its pool): %s",
+			held, w.Names, scaleAcquireLimit, st.lastErr))
+	case held < w.Names:
 		row.Note = joinNote(row.Note, fmt.Sprintf("held %d of %d leases (%s)", held, w.Names, st.lastErr))
 	}
 	if lost > 0 {

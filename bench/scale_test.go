@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -212,5 +214,39 @@ func TestScaleAbandonsAStuckPoint(t *testing.T) {
 	}
 	if el := time.Since(start); el > scaleLimit(w)+time.Second {
 		t.Errorf("took %v, limit %v", el, scaleLimit(w))
+	}
+}
+
+// TestScaleLeasesStopsAtAFullPool: a strategy that pins a connection per
+// lease cannot hold more leases than its pool has connections. The leases
+// point takes what it can, measures those, and says how many of how many
+// (on main it waited for a connection until the point was abandoned as
+// stuck, and the target's later points were skipped).
+func TestScaleLeasesStopsAtAFullPool(t *testing.T) {
+	old := scaleAcquireLimit
+	scaleAcquireLimit = 300 * time.Millisecond
+	defer func() { scaleAcquireLimit = old }()
+	u, err := url.Parse(testenv.Postgres(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("strategy", "forupdate")
+	q.Set("pool_max_conns", "4")
+	u.RawQuery = q.Encode()
+	tg := Target{Name: "postgres/forupdate", Kind: KindDlock, Backend: "postgres", URL: u.String()}
+	w := Workload{Kind: Scale, Axis: ScaleLeases, Clients: 1, Names: 10, Duration: 100 * time.Millisecond}
+	row, err := RunScale(ctxT(t, 2*time.Minute), tg, nil, w, nil)
+	if err != nil || row.Skipped != "" {
+		t.Fatalf("err %v, skipped %q; want the leases it could hold measured", err, row.Skipped)
+	}
+	if row.Grants == 0 || row.Grants >= 10 || row.CorePct == nil {
+		t.Fatalf("held %d of 10 leases on a pool of 4, core %% %v", row.Grants, row.CorePct)
+	}
+	if want := fmt.Sprintf("held %d of 10 leases", row.Grants); !strings.Contains(row.Note, want) {
+		t.Errorf("note %q does not say %q", row.Note, want)
+	}
+	if !strings.Contains(row.Note, "pool") {
+		t.Errorf("note %q does not say why", row.Note)
 	}
 }
