@@ -145,9 +145,9 @@ func TestJainAndIdeal(t *testing.T) {
 
 func TestSumCommandStats(t *testing.T) {
 	info := "# Commandstats\r\ncmdstat_set:calls=10,usec=5,usec_per_call=0.5\r\n" +
-		"cmdstat_evalsha:calls=7,usec=9\r\ncmdstat_info:calls=99,usec=1\r\n"
-	if n := sumCommandStats(info); n != 17 {
-		t.Fatalf("sumCommandStats = %d, want 17 (INFO excluded)", n)
+		"cmdstat_evalsha:calls=7,usec=9\r\ncmdstat_info:calls=99,usec=1\r\ncmdstat_ssubscribe:calls=2,usec=1\r\n"
+	if n, r := sumCommandStats(info); n != 19 || r != 9 {
+		t.Fatalf("sumCommandStats = %d commands, %d requests; want 19 (INFO excluded), 9 (EVALSHA and SSUBSCRIBE)", n, r)
 	}
 }
 

@@ -179,12 +179,16 @@ func scaleFacets() []curveFacet {
 			axis:  ScaleWaiters,
 			title: "Scale: waiters of one Locker on one name",
 			caption: "1, 8 and 64 goroutines of one Locker contend on one name, each holding it 1 ms: grants/s, higher is " +
-				"better (a perfect lock approaches 1 000/s less the handover). The label adds the server's commands per grant " +
-				"where the server counts them (Redis INFO commandstats; target ≤ 3 at 64 waiters).",
+				"better (a perfect lock approaches 1 000/s less the handover). On Redis the label adds the requests per grant " +
+				"(INFO commandstats; a script call is one request: report.csv's server_cmds_per_grant also counts the " +
+				"commands the scripts run); the target is ≤ 3 requests per grant at 64 waiters.",
 			yAxis: "grants/s", format: rateTick,
 			y: func(r *Row) (float64, string, string) {
 				l := perSec(r.GrantsPerSec)
-				if r.ServerCmdsPerGrant >= 0 {
+				switch {
+				case r.ServerReqsPerGrant >= 0:
+					l += fmt.Sprintf(" %.1f req/grant", r.ServerReqsPerGrant)
+				case r.ServerCmdsPerGrant >= 0:
 					l += fmt.Sprintf(" %.1f cmd/grant", r.ServerCmdsPerGrant)
 				}
 				return r.GrantsPerSec, l, ""

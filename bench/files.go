@@ -90,6 +90,7 @@ type applicable struct {
 
 	ServerCmdsPerGrant  *float64 `json:"server_cmds_per_grant"`
 	ServerCPUPerGrantNs *float64 `json:"server_cpu_per_grant_ns"`
+	ServerReqsPerGrant  *float64 `json:"server_requests_per_grant"`
 }
 
 // rowJSON is a Row as report.json writes it: the Row's own fields, with
@@ -184,6 +185,7 @@ func applicableOf(r *Row) applicable {
 		Errors:              some(r.Errors, measured),
 		ServerCmdsPerGrant:  some(r.ServerCmdsPerGrant, granted && r.ServerCmdsPerGrant >= 0),
 		ServerCPUPerGrantNs: some(r.ServerCPUPerGrantNs, granted && r.ServerCPUPerGrantNs >= 0),
+		ServerReqsPerGrant:  some(r.ServerReqsPerGrant, granted && r.ServerReqsPerGrant >= 0),
 	}
 	// A row built from one result has no interval: it is one round.
 	// A lease held is no grant per second (the leases curve).
@@ -227,6 +229,7 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 	r.Violations, r.FencingViolations = value(f.Violations, 0), value(f.FencingViolations, 0)
 	r.FailedPerGrant, r.Errors = value(f.FailedPerGrant, 0), value(f.Errors, 0)
 	r.ServerCmdsPerGrant, r.ServerCPUPerGrantNs = value(f.ServerCmdsPerGrant, -1), value(f.ServerCPUPerGrantNs, -1)
+	r.ServerReqsPerGrant = value(f.ServerReqsPerGrant, -1)
 	r.Caps = j.Caps.capabilities()
 	r.Latency, r.HandoffCDF = j.Latency, j.HandoffCDF
 	return nil
@@ -318,7 +321,7 @@ func csvHeader() []string {
 		"hold_ns", "baseline_rtt_ns", "floor", "floor_ns", "peer",
 		"handoffs", "handoff_p50_ns", "handoff_p99_ns", "jain", "max_wait_ns", "violations", "fencing_violations",
 		"failed_attempts_per_grant", "errors", "server_cmds_per_grant", "server_cpu_per_grant_ns",
-		"keepalive_core_pct", "keepalive_default_ttl_core_pct", "skipped")
+		"keepalive_core_pct", "keepalive_default_ttl_core_pct", "server_requests_per_grant", "skipped")
 }
 
 // cell formats a figure for report.csv: an empty cell when it does not apply.
@@ -388,7 +391,8 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 			cell(f.HoldNs), cell(f.BaselineRTT), r.Floor, cell(f.FloorNs), r.Peer,
 			cell(f.Handoffs), cell(f.HandoffP50), cell(f.HandoffP99), cell(f.Jain), cell(f.MaxWait),
 			cell(f.Violations), cell(f.FencingViolations), cell(f.FailedPerGrant), cell(f.Errors),
-			cell(f.ServerCmdsPerGrant), cell(f.ServerCPUPerGrantNs), cell(r.CorePct), cell(r.CorePctDefaultTTL), r.Skipped)
+			cell(f.ServerCmdsPerGrant), cell(f.ServerCPUPerGrantNs), cell(r.CorePct), cell(r.CorePctDefaultTTL),
+			cell(f.ServerReqsPerGrant), r.Skipped)
 		if err := cw.Write(line); err != nil {
 			return err
 		}

@@ -106,6 +106,10 @@ type Row struct {
 	// Server work per grant; -1 where the server does not say.
 	ServerCmdsPerGrant  float64 `json:"server_cmds_per_grant"`
 	ServerCPUPerGrantNs float64 `json:"server_cpu_per_grant_ns"`
+	// ServerReqsPerGrant is the requests per grant, a script call being
+	// one (ServerSample.Requests); only on the waiters curve's dlock Redis
+	// rows, -1 elsewhere.
+	ServerReqsPerGrant float64 `json:"server_requests_per_grant"`
 
 	// Percentiles of acquire latency and the handoff CDF, for the charts:
 	// [quantile, ns] pairs.
@@ -231,7 +235,7 @@ func NewRow(res *Result) *Row {
 	if r.Grants > 0 {
 		r.FailedPerGrant = float64(res.Failed) / float64(r.Grants)
 	}
-	r.ServerCmdsPerGrant, r.ServerCPUPerGrantNs = -1, -1
+	r.ServerCmdsPerGrant, r.ServerCPUPerGrantNs, r.ServerReqsPerGrant = -1, -1, -1
 	sampled := r.Grants // the grants the server readings surround
 	if res.Server.Grants > 0 {
 		sampled = res.Server.Grants
@@ -294,7 +298,7 @@ func jain(xs []uint64) float64 {
 func SkippedRow(t Target, w Workload, why string) *Row {
 	return &Row{Backend: t.Name, Family: t.Backend, Server: t.Server, Kind: t.Kind, URL: t.RedactedURL(), Note: t.Note,
 		Workload: w.Kind, Label: w.Label(), Params: w.Params(), Skipped: why,
-		ServerCmdsPerGrant: -1, ServerCPUPerGrantNs: -1}
+		ServerCmdsPerGrant: -1, ServerCPUPerGrantNs: -1, ServerReqsPerGrant: -1}
 }
 
 // Finalize fills the baselines and ratios of every row from the rows of

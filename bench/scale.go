@@ -160,7 +160,7 @@ var scaleSlack = 5 * time.Second
 func scaleRow(t Target, w Workload) *Row {
 	return &Row{Backend: t.Name, Family: t.Backend, Server: t.Server, Kind: t.Kind, URL: t.RedactedURL(),
 		Workload: w.Kind, Label: w.Label(), Params: w.Params(), Procs: 1,
-		ServerCmdsPerGrant: -1, ServerCPUPerGrantNs: -1}
+		ServerCmdsPerGrant: -1, ServerCPUPerGrantNs: -1, ServerReqsPerGrant: -1}
 }
 
 // scalePrefix makes the names of one scale point unique to the run.
@@ -581,6 +581,9 @@ func scaleWaiters(ctx context.Context, t Target, w Workload, sample func(context
 		d := sample(ctx).Sub(before)
 		if d.HasCommands {
 			row.ServerCmdsPerGrant = float64(d.Commands) / float64(row.Grants)
+			if t.Kind == KindDlock && t.Backend == "redis" {
+				row.ServerReqsPerGrant = float64(d.Requests) / float64(row.Grants)
+			}
 		}
 		if d.HasCPU {
 			row.ServerCPUPerGrantNs = float64(d.CPU) / float64(row.Grants)

@@ -183,6 +183,11 @@ func TestScaleOnRedis(t *testing.T) {
 	if waiters.Skipped != "" || waiters.Grants == 0 || waiters.ServerCmdsPerGrant <= 0 {
 		t.Fatalf("waiters: skipped %q, %d grants, %v commands per grant", waiters.Skipped, waiters.Grants, waiters.ServerCmdsPerGrant)
 	}
+	// dlock's Redis driver sends only scripts: at least one request per
+	// grant (the holder's release), never more than the commands.
+	if r := waiters.ServerReqsPerGrant; r < 1 || r > waiters.ServerCmdsPerGrant {
+		t.Errorf("waiters: %v requests per grant, %v commands", r, waiters.ServerCmdsPerGrant)
+	}
 	if waiters.Violations != 0 || waiters.FencingViolations != 0 {
 		t.Errorf("waiters: violations %d/%d", waiters.Violations, waiters.FencingViolations)
 	}

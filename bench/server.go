@@ -44,7 +44,11 @@ type Server struct {
 
 // ServerSample is a reading of a server's counters.
 type ServerSample struct {
-	Commands    uint64
+	Commands uint64
+	// Requests counts, of Commands, the requests clients sent, where a
+	// Redis script call is one request and the commands it runs are
+	// none (see redisRequest). Set with Commands.
+	Requests    uint64
 	HasCommands bool
 	CPU         time.Duration
 	HasCPU      bool
@@ -62,6 +66,7 @@ func (s ServerSample) Sub(o ServerSample) ServerDelta {
 	var d ServerDelta
 	if s.HasCommands && o.HasCommands && s.Commands >= o.Commands {
 		d.Commands, d.HasCommands = s.Commands-o.Commands, true
+		d.Requests = s.Requests - min(o.Requests, s.Requests)
 	}
 	if s.HasCPU && o.HasCPU && s.CPU >= o.CPU {
 		d.CPU, d.HasCPU = s.CPU-o.CPU, true
@@ -88,6 +93,7 @@ func (s *Server) sample(ctx context.Context, steady bool) ServerSample {
 		for _, n := range s.Nodes {
 			ns := n.sample(ctx, steady)
 			out.Commands += ns.Commands
+			out.Requests += ns.Requests
 			out.CPU += ns.CPU
 			out.HasCommands = out.HasCommands && ns.HasCommands
 			out.HasCPU = out.HasCPU && ns.HasCPU
@@ -95,8 +101,8 @@ func (s *Server) sample(ctx context.Context, steady bool) ServerSample {
 		return out
 	}
 	if s.Backend == "redis" {
-		if n, err := s.redisCommands(ctx); err == nil {
-			out.Commands, out.HasCommands = n, true
+		if n, r, err := s.redisCommands(ctx); err == nil {
+			out.Commands, out.Requests, out.HasCommands = n, r, true
 		}
 	}
 	if s.PID > 0 {
@@ -123,29 +129,50 @@ func (s *Server) redis() (*goredis.Client, error) {
 	return s.rdb, nil
 }
 
-func (s *Server) redisCommands(ctx context.Context) (uint64, error) {
+func (s *Server) redisCommands(ctx context.Context) (cmds, reqs uint64, err error) {
 	c, err := s.redis()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return sumCommandStats(info), nil
+	cmds, reqs = sumCommandStats(info)
+	return cmds, reqs, nil
 }
 
 // sumCommandStats adds the calls of every command in an INFO commandstats
-// reply except INFO itself (a line it cannot read counts nothing).
-func sumCommandStats(info string) uint64 {
+// reply except INFO itself (a line it cannot read counts nothing): all of
+// them, a script's own redis.call commands included, and the requests
+// among them (redisRequest).
+func sumCommandStats(info string) (cmds, reqs uint64) {
 	calls, _ := testenv.RedisCommandCalls(info)
-	var n uint64
 	for name, c := range calls {
-		if name != "info" {
-			n += uint64(c)
+		if name == "info" {
+			continue
+		}
+		cmds += uint64(c)
+		if redisRequest[name] {
+			reqs += uint64(c)
 		}
 	}
-	return n
+	return cmds, reqs
+}
+
+// redisRequest names the commands that only a client sends, never a
+// script: the script calls themselves and the connection and pub/sub
+// commands. INFO commandstats counts a script's redis.call commands as
+// calls of their own, and cannot tell a SET a client sent from one a
+// script ran; so the requests counted are exactly a client's only when it
+// sends nothing but these, as dlock's Redis driver does (every lock
+// operation is a script). The waiters curve's target (≤ 3 per grant with
+// 64 waiters on one Locker) counts requests.
+var redisRequest = map[string]bool{
+	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true,
+	"subscribe": true, "unsubscribe": true, "ssubscribe": true, "sunsubscribe": true,
+	"psubscribe": true, "punsubscribe": true, "ping": true, "script": true, "hello": true,
+	"client": true, "select": true, "auth": true, "cluster": true, "readonly": true,
 }
 
 // Close closes the server's metrics connection (not the server).

@@ -180,12 +180,13 @@ func (rep *Report) WriteTable(w io.Writer) {
 					optional(f.FailedPerGrant, twoDecimals), viol(f)}
 			}
 		case Scale:
-			head = []string{"grants/s", "floor/s", "rate×floor", "core %", "core % at 30s TTL", "failed/grant", "cmds/grant", "viol"}
+			head = []string{"grants/s", "floor/s", "rate×floor", "core %", "core % at 30s TTL", "failed/grant", "cmds/grant", "reqs/grant", "viol"}
 			pct := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 			cells = func(r *Row, f applicable) []string {
 				return []string{l.interval(f.Rate, rate), l.interval(r.FloorRate, rate), ratioIv(r.RateToFloor),
 					optional(r.CorePct, pct), optional(r.CorePctDefaultTTL, pct),
-					optional(f.FailedPerGrant, twoDecimals), optional(f.ServerCmdsPerGrant, twoDecimals), viol(f)}
+					optional(f.FailedPerGrant, twoDecimals), optional(f.ServerCmdsPerGrant, twoDecimals),
+					optional(f.ServerReqsPerGrant, twoDecimals), viol(f)}
 			}
 		case OpenLoop:
 			head = []string{"offered/s", "grants/s", "lat p50", "lat p99", "round p99", "lat p99.9", "max", "rel p50", "viol"}
