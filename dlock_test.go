@@ -739,3 +739,37 @@ func TestInspectUnsupported(t *testing.T) {
 		t.Fatalf("Inspect after Close: %v, want ErrClosed", err)
 	}
 }
+
+// An uncontended acquire+release cycle costs the keep-alive scheduler
+// nothing beyond its heap: the first hold arms its timer, later holds
+// whose events come after the armed time leave it alone, and a release
+// does not disarm it. (Before, each arm woke the keeper's goroutine; it
+// ran after the release, found the heap empty and disarmed, so that
+// nearly every acquire in a busy process woke it again: a scheduler trip
+// on the caller's path.) The Gosched after each release lets such a
+// goroutine run, as the network wait of a real release does.
+func TestCycleArmsKeeperOnce(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	l, err := dlock.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	opts := &dlock.AcquireOptions{TTL: time.Minute}
+	for i := range 2000 {
+		ls, err := l.Acquire(ctx, "cycle", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+		if i == 0 && dlock.KeeperArms(l) != 1 {
+			t.Fatalf("the first hold armed the keeper %d times; want 1", dlock.KeeperArms(l))
+		}
+	}
+	if n := dlock.KeeperArms(l); n > 1 {
+		t.Errorf("2000 cycles armed the keeper %d times; want 1 (the first hold's)", n)
+	}
+}

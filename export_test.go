@@ -14,3 +14,10 @@ func GateState(l *Locker, name string) (exists bool, queued, entries int) {
 	}
 	return exists, queued, entries
 }
+
+// KeeperArms reports how many times l's keep-alive timer was armed.
+func KeeperArms(l *Locker) int {
+	l.keeper.mu.Lock()
+	defer l.keeper.mu.Unlock()
+	return l.keeper.arms
+}

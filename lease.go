@@ -297,7 +297,7 @@ func (h *hold) currentErr() error {
 // held goes through it, so that the answer is read from the clock at the
 // moment of the call: a holder paused past its TTL (Kleppmann's scenario)
 // is told the lease is lost in the first instant after it resumes, before
-// the Locker's keep-alive goroutine has had a chance to run.
+// the Locker's keep-alive timer has had a chance to fire.
 func (h *hold) check() error {
 	h.mu.Lock()
 	err := h.err

@@ -45,7 +45,7 @@ type Locker struct {
 	closed bool
 	holds  map[*hold]struct{}
 	owners map[ownerKey]*ownerSlot
-	wg     sync.WaitGroup                // the keeper's goroutines, loss watchers
+	wg     sync.WaitGroup                // the keeper's ticks and refreshes, loss watchers
 	waits  map[uint64]context.CancelFunc // blocked acquisitions, ended by Close
 	waitID uint64
 

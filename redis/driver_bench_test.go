@@ -30,7 +30,13 @@ func driverCycle(b *testing.B) (cycle func(ctx context.Context, name string) err
 // instead of TryAcquire when blocking is set.
 func driverCycleOf(b *testing.B, blocking bool) (cycle func(ctx context.Context, name string) error, srv *testenv.Server, closeFn func()) {
 	srv = testenv.Redis(b)
-	d, err := openURL(context.Background(), srv.URL)
+	cycle, closeFn = driverCycleAt(b, srv.URL, blocking)
+	return cycle, srv, closeFn
+}
+
+// driverCycleAt is driverCycleOf on the server or Cluster of rawURL.
+func driverCycleAt(b *testing.B, rawURL string, blocking bool) (cycle func(ctx context.Context, name string) error, closeFn func()) {
+	d, err := openURL(context.Background(), rawURL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,7 +51,7 @@ func driverCycleOf(b *testing.B, blocking bool) (cycle func(ctx context.Context,
 		}
 		return ls.Release(ctx)
 	}
-	return cycle, srv, func() { d.Close() }
+	return cycle, func() { d.Close() }
 }
 
 // benchNames returns n lock names: the same one n times, or n fresh ones.
@@ -82,10 +88,28 @@ func BenchmarkDriverBlocking(b *testing.B) {
 	}
 }
 
+// BenchmarkDriverCluster is BenchmarkDriverBlocking on a Redis Cluster
+// (sharded pub/sub: a grant channel per slot, kept with the name's keys).
+func BenchmarkDriverCluster(b *testing.B) {
+	c := testenv.RedisCluster(b)
+	for _, fresh := range []bool{false, true} {
+		b.Run(map[bool]string{false: "same-name", true: "fresh-name"}[fresh], func(b *testing.B) {
+			cycle, closeFn := driverCycleAt(b, c.URL, true)
+			defer closeFn()
+			runCycles(b, cycle, fresh)
+		})
+	}
+}
+
 func benchDriver(b *testing.B, fresh, blocking bool) {
-	ctx := context.Background()
 	cycle, _, closeFn := driverCycleOf(b, blocking)
 	defer closeFn()
+	runCycles(b, cycle, fresh)
+}
+
+// runCycles warms cycle up, then runs it b.N times, reporting allocations.
+func runCycles(b *testing.B, cycle func(ctx context.Context, name string) error, fresh bool) {
+	ctx := context.Background()
 	warm := benchNames(fresh, 200)
 	for _, n := range warm {
 		if err := cycle(ctx, n); err != nil {

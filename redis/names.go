@@ -13,7 +13,7 @@ import (
 // names is what the driver derives from a lock name: its keys (as
 // internal/layout lays them out), and the keys it sends boxed once as
 // command arguments; for Redlock also this Locker's wake-up channel for
-// it. It is immutable once made.
+// it. It is immutable once made, but for grantCh, a cache set once.
 type names struct {
 	name string
 	keys
@@ -26,6 +26,10 @@ type names struct {
 	// fence its own counter, queue and channel its waiter registry and
 	// wake-up channel prefix (wake this Locker's), as Redlock's are.
 	sem *semArgs
+	// grantCh is this Locker's grant channel for the name in a Cluster
+	// with sharded pub/sub (locker.grantChannel), a string made on first
+	// use and kept boxed, as the scripts take it.
+	grantCh atomic.Value
 }
 
 // semArgs are a semaphore's keys that a lock has not, boxed.

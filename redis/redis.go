@@ -177,15 +177,24 @@ func (l *locker) publishCommand(ctx context.Context) (any, error) {
 	return cmd, nil
 }
 
-// grantChannel returns this Locker's grant channel for the name n: one
-// for every name, or one per slot in a Cluster with sharded pub/sub, where
-// a script may only SPUBLISH to a channel of its own slot (the channel's
-// hash tag is one of that slot). pubCmd is publishCommand's.
-func (l *locker) grantChannel(n *names, pubCmd any) string {
+// grantChannel returns this Locker's grant channel for the name n, and
+// the same boxed as a script argument: one for every name, or one per slot
+// in a Cluster with sharded pub/sub, where a script may only SPUBLISH to a
+// channel of its own slot (the channel's hash tag is one of that slot).
+// pubCmd is publishCommand's. A name's channel is made once and kept with
+// its names (l.names is this Locker's, so its hub id is fixed): a blocking
+// Acquire on a Cluster then computes no slot and allocates nothing for it.
+func (l *locker) grantChannel(n *names, pubCmd any) (string, any) {
 	if pubCmd != "SPUBLISH" {
-		return l.gch
+		return l.gch, l.gchArg
 	}
-	return l.prefix + "{" + slotTag(keySlot(n.lock)) + "}g:" + l.grants.id
+	if arg := n.grantCh.Load(); arg != nil {
+		return arg.(string), arg
+	}
+	ch := l.prefix + "{" + slotTag(keySlot(n.lock)) + "}g:" + l.grants.id
+	var arg any = ch
+	n.grantCh.Store(arg)
+	return ch, arg
 }
 
 // openCluster opens the pub/sub connection of a grant channel: sharded
@@ -335,11 +344,7 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	ls := &lease{l: l, n: n, value: l.values.next(req.Owner)}
 	ls.valueArg = ls.value
 	ttl := l.ttl.get(req.TTL)
-	channel, chArg := l.gch, l.gchArg
-	if l.cluster != nil {
-		channel = l.grantChannel(n, cmd)
-		chArg = channel
-	}
+	channel, chArg := l.grantChannel(n, cmd)
 	// The waiter is registered before its first request when its channel
 	// is subscribed: a release may hand it the lock and publish the grant
 	// as soon as the request has queued it, before its reply is even
