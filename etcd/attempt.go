@@ -36,8 +36,10 @@ type attempt struct {
 
 	// pred is a lock's predecessor as enqueue's transaction read it (the
 	// key with the greatest create revision below ours), nil when unknown
-	// or none: wait watches it without a look of its own.
-	pred *mvccpb.KeyValue
+	// or none: wait watches it without a look of its own. predSeen is the
+	// revision of that read.
+	pred     *mvccpb.KeyValue
+	predSeen int64
 }
 
 // enqueue takes a spare etcd lease of the TTL (or grants one) and
@@ -107,7 +109,7 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 		// Our key is the newest (created by this transaction): the
 		// second newest is the predecessor.
 		if p := resp.Responses[2].GetResponseRange().Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
-			a.pred = p[1]
+			a.pred, a.predSeen = p[1], resp.Header.Revision
 		}
 	}
 	return q, nil
@@ -139,13 +141,39 @@ func (a *attempt) queueOp() clientv3.Op {
 // aheadOp reads, in grantWaited's transaction, what decides a grant after
 // waiting: a lock's lowest key, or a semaphore's N lowest (its keys only).
 // (A count of the keys below ours would not do: etcd counts a range
-// before it applies a create-revision filter.)
-func (a *attempt) aheadOp() clientv3.Op {
+// before it applies a create-revision filter.) Serializable: read from
+// what the member has applied (see grantWaited).
+func (a *attempt) aheadOp(serializable bool) clientv3.Op {
+	var opts []clientv3.OpOption
 	if a.permits == 0 {
-		return clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)
+		opts = clientv3.WithFirstCreate()
+	} else {
+		opts = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+			clientv3.WithLimit(int64(a.permits)), clientv3.WithKeysOnly()}
 	}
-	return clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
-		clientv3.WithLimit(int64(a.permits)), clientv3.WithKeysOnly())
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	return clientv3.OpGet(a.queue, opts...)
+}
+
+// check is grantWaited's transaction: is our key there, with its create
+// revision, and what is ahead of it. From a revision after (not 0), it is
+// served by the member from what it has applied, if that is at after or
+// later (see grantWaited), else it is a linearizable read.
+func (a *attempt) check(ctx context.Context, after int64) (*clientv3.TxnResponse, error) {
+	txn := func(serializable bool) (*clientv3.TxnResponse, error) {
+		return a.l.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(a.aheadOp(serializable)).
+			Commit()
+	}
+	if after > 0 {
+		if resp, err := txn(true); err == nil && resp.Header.Revision >= after {
+			return resp, nil
+		}
+	}
+	return txn(false)
 }
 
 // admitted reports, from aheadOp's range, whether our key holds: it is
@@ -203,17 +231,18 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 	tick := time.NewTicker(time.Duration(a.ttl) * time.Second / 3)
 	defer tick.Stop()
 	pause := func() error { return a.pause(ctx, tick.C) }
-	// deleted: the predecessor was just deleted, so we are likely first:
-	// try the grant at once, and look for a new predecessor only if a key
-	// below ours is still there (one round trip from the release to the
-	// grant, not two).
-	deleted := false
+	// deleted: the revision from which the predecessor is gone (0: not
+	// seen gone), so we are likely first: try the grant at once, and look
+	// for a new predecessor only if a key below ours is still there (one
+	// round trip from the release to the grant, not two).
+	var deleted int64
 	for {
 		var pred *mvccpb.KeyValue
+		var seen int64 // the revision at which pred was there
 		switch {
-		case deleted:
+		case deleted > 0:
 		case a.pred != nil:
-			pred, a.pred = a.pred, nil // enqueue read it
+			pred, seen, a.pred = a.pred, a.predSeen, nil // enqueue read it
 		default:
 			resp, err := a.l.cli.Get(ctx, a.queue,
 				append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
@@ -224,12 +253,13 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 				continue
 			}
 			if len(resp.Kvs) > 0 {
-				pred = resp.Kvs[0]
+				pred, seen = resp.Kvs[0], resp.Header.Revision
 			}
 		}
 		if pred == nil {
-			deleted = false
-			ls, lowest, err := a.grantWaited(ctx)
+			after := deleted
+			deleted = 0
+			ls, lowest, err := a.grantWaited(ctx, after)
 			switch {
 			case err == nil && lowest:
 				return ls, nil
@@ -244,7 +274,7 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			}
 			continue
 		}
-		gone, err := a.waitDelete(ctx, string(pred.Key), pred.CreateRevision, tick.C)
+		gone, err := a.waitDelete(ctx, string(pred.Key), pred.CreateRevision, seen, tick.C)
 		if err != nil {
 			return nil, err
 		}
@@ -253,23 +283,30 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 }
 
 // waitDelete waits until the predecessor key, created at revision
-// createRev, is deleted (or the watch breaks: the caller looks again),
-// renewing our lease on each tick. The watch starts at the current
-// revision, not at a past one: etcd serves a watcher that starts in the
-// past from its "unsynced" group, which it catches up every 100ms, and a
-// queue's revision moves on between our look and the watch whenever it is
-// busy, so a watch from the look's revision waited up to 100ms after the
-// delete. Once the server confirms the watch, a look finds a delete that
-// came before it (the key gone, or its name reused by a later key).
-func (a *attempt) waitDelete(ctx context.Context, key string, createRev int64, tick <-chan time.Time) (gone bool, _ error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+// createRev and there at revision seen, is deleted, renewing our lease on
+// each tick. It returns a revision from which the key is gone, or 0 when
+// the watch broke (the caller looks again). The watch starts at the
+// current revision, not at a past one: etcd serves a watcher that starts
+// in the past from its "unsynced" group, which it catches up every 100ms,
+// and a queue's revision moves on between our look and the watch whenever
+// it is busy, so a watch from the look's revision waited up to 100ms after
+// the delete. The server's notice that the watch is created carries the
+// revision after which it sees every event: when that is seen or earlier,
+// the watch covers every revision since the key was seen; otherwise a
+// look finds a delete that came in between (the key gone, or its name
+// reused by a later key).
+func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
+	wctx, cancel := a.l.waitCtx(ctx)
 	defer cancel()
+	if testBeforeWatch != nil {
+		testBeforeWatch()
+	}
 	wch := a.l.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for {
 		select {
 		case wr, ok := <-wch:
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return 0, ctx.Err()
 			}
 			if !ok || wr.Err() != nil {
 				// No leader, a broken stream: pause a moment and look
@@ -277,34 +314,43 @@ func (a *attempt) waitDelete(ctx context.Context, key string, createRev int64, t
 				select {
 				case <-time.After(50 * time.Millisecond):
 				case <-ctx.Done():
-					return false, ctx.Err()
+					return 0, ctx.Err()
 				}
-				return false, nil
+				return 0, nil
 			}
 			if wr.Created {
+				if seen > 0 && wr.Header.Revision <= seen {
+					continue // no revision unwatched since the key was seen
+				}
 				g, err := a.l.cli.Get(ctx, key)
 				if err != nil {
-					return false, nil // look again
+					return 0, nil // look again
 				}
 				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
-					return true, nil // gone already
+					return g.Header.Revision, nil // gone already
 				}
 				continue
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return true, nil
+				// (A delete before createRev is of an earlier key of
+				// the same name: a spare etcd lease's.)
+				if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > createRev {
+					return ev.Kv.ModRevision, nil
 				}
 			}
 		case <-tick:
 			if err := a.keepAlive(ctx); err != nil {
-				return false, err
+				return 0, err
 			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }
+
+// testBeforeWatch, set by a test only, runs before waitDelete's watch
+// starts (TestPredecessorGoneBeforeWatch).
+var testBeforeWatch func()
 
 // pause waits a moment after a failed call (no leader during an election,
 // a member restarting), renewing the lease on the way (tick): a waiter
@@ -356,7 +402,19 @@ func (a *attempt) keepAlive(ctx context.Context) error {
 // now already, and our key, found by the transaction, says it was neither
 // revoked nor expired. lowest is false when a key below ours appeared (the
 // caller waits again).
-func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool, _ error) {
+//
+// after, when not 0, is a revision from which the predecessor is known to
+// be gone (its delete, seen by the watch): the transaction is then served
+// by the member from what it has applied, without the leader's quorum
+// check of a linearizable read (which waits for the raft loop, behind the
+// disk writes in flight: the handoff's critical path), and its answer is
+// taken only if it is of that revision or later. It proves the same: no
+// key below ours at a revision after ours was created (none can be
+// created below ours later), and our key there at a revision at least as
+// late as the predecessor's delete, with a lease the renewal (or the
+// spare second) proves alive. An answer from a member that lags is asked
+// again of the leader.
+func (a *attempt) grantWaited(ctx context.Context, after int64) (_ driver.Lease, lowest bool, _ error) {
 	at := time.Now()
 	var renewed chan error
 	if at.Sub(a.renewed) >= reuseWindow(a.ttl) {
@@ -366,10 +424,7 @@ func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool,
 			renewed <- err
 		}()
 	}
-	resp, err := a.l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-		Then(a.aheadOp()).
-		Commit()
+	resp, err := a.check(ctx, after)
 	if renewed != nil {
 		if rerr := <-renewed; rerr != nil {
 			if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {

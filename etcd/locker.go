@@ -71,6 +71,9 @@ type locker struct {
 
 	spares  spares  // etcd leases without keys for the next acquisitions
 	renewer renewer // renews leases on one keep-alive stream
+
+	wmu       sync.Mutex
+	watchKept bool // the waiters' watch stream is kept open (watchstream.go)
 }
 
 var (

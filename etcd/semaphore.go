@@ -105,7 +105,7 @@ func (a *attempt) waitPermit(ctx context.Context) (driver.Lease, error) {
 // confirmed it: a deletion before the read is in the read, one after it
 // is an event after the read's revision.
 func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver.Lease, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := a.l.waitCtx(ctx)
 	defer cancel()
 	wch := a.l.cli.Watch(wctx, a.queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	var (
@@ -114,7 +114,7 @@ func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver
 	)
 	for {
 		if ahead != nil && len(ahead) < a.permits {
-			ls, admitted, err := a.grantWaited(ctx)
+			ls, admitted, err := a.grantWaited(ctx, 0)
 			switch {
 			case err == nil && admitted:
 				return ls, nil
