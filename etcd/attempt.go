@@ -43,15 +43,17 @@ type attempt struct {
 }
 
 // enqueue takes a spare etcd lease of the TTL (or grants one) and
-// creates the key under it in one transaction that also reads the lowest
-// create revision of the queue (etcd's concurrency.Mutex recipe). A spare
+// creates the key under it in one transaction that also reads what decides
+// the grant (etcd's concurrency.Mutex recipe reads the lowest create
+// revision of the queue; a lock's transaction reads the two newest keys:
+// ours, and the predecessor if there is one, see enqueueOps). A spare
 // renewed within the reuse window (the spare second, spares.go) is taken as it is:
 // the server holds it a whole TTL from now already. Another is renewed at
 // the same time, both requests in flight together, so that the server
 // holds the lease a whole TTL from the acquisition's start: one round
 // trip's time with a spare either way. It returns the queue's range that
-// decides the grant (see queueOp). For a lock, the transaction also reads
-// the predecessor (enqueueOps), which a waiter then watches.
+// decides the grant (see holds), and keeps a lock's predecessor, which a
+// waiter then watches.
 func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, error) {
 	var renewed chan time.Time
 	if sp, ok := a.l.spares.take(a.ttl); ok {
@@ -81,7 +83,6 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 		Then(a.enqueueOps()...).
-		Else(clientv3.OpGet(a.key), a.queueOp()).
 		Commit()
 	if renewed != nil {
 		a.start = <-renewed
@@ -98,8 +99,18 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	if !resp.Succeeded {
 		// The key exists: a retried transaction whose first try was
 		// applied (the lease is ours, so is the key: a spare is kept only
-		// after its key was deleted).
-		a.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		// after its key was deleted). Rare: it is read apart, not in an
+		// Else branch that every transaction would carry.
+		a.rev = 0
+		resp, err = a.l.cli.Txn(ctx).Then(clientv3.OpGet(a.key), a.queueOp()).Commit()
+		if err != nil {
+			return nil, err
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, errRequeue // our key is gone already (revoked)
+		}
+		a.rev = kvs[0].CreateRevision
 	}
 	q := resp.Responses[1].GetResponseRange()
 	if len(q.Kvs) == 0 {
@@ -108,16 +119,18 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	if resp.Succeeded && a.permits == 0 {
 		// Our key is the newest (created by this transaction): the
 		// second newest is the predecessor.
-		if p := resp.Responses[2].GetResponseRange().Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
+		if p := q.Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
 			a.pred, a.predSeen = p[1], resp.Header.Revision
 		}
 	}
 	return q, nil
 }
 
-// enqueueOps are enqueue's operations when our key is absent: create it,
-// read what decides the grant and, for a lock, the two newest keys of
-// the queue (ours and its predecessor).
+// enqueueOps are enqueue's operations when our key is absent: create it
+// and read what decides the grant: a lock's two newest keys, ours (the
+// newest: this transaction creates it) and the predecessor, which is there
+// if and only if ours is not the lowest (one range, keys only, where the
+// lowest key and the predecessor took two); a semaphore's queueOp.
 func (a *attempt) enqueueOps() []clientv3.Op {
 	put := clientv3.OpPut(a.key, a.value, clientv3.WithLease(a.id))
 	if a.permits > 0 {
@@ -125,12 +138,14 @@ func (a *attempt) enqueueOps() []clientv3.Op {
 	}
 	newest := clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 		clientv3.WithLimit(2), clientv3.WithKeysOnly())
-	return []clientv3.Op{put, a.queueOp(), newest}
+	return []clientv3.Op{put, newest}
 }
 
-// queueOp reads, in enqueue's transaction, what decides the grant: a
-// lock's lowest key; every key of a semaphore's queue, oldest first (ours
-// is the newest), with the values that say their numbers of permits.
+// queueOp reads, after enqueue's transaction found our key there already
+// (a retried transaction), what decides the grant: a lock's lowest key; and
+// when it is absent too for a semaphore: every key of its queue, oldest
+// first (ours is the newest), with the values that say their numbers of
+// permits.
 func (a *attempt) queueOp() clientv3.Op {
 	if a.permits == 0 {
 		return clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)

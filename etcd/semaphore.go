@@ -49,7 +49,9 @@ func permitsOf(value []byte) int {
 }
 
 // holds decides, from enqueue's range q, whether the attempt holds: a
-// lock's key is the lowest; a semaphore's has fewer than N keys ahead. A
+// lock's key is the lowest (q holds the queue's lowest key, or our key and
+// the predecessor if there is one: ours is there and none below it); a
+// semaphore's has fewer than N keys ahead. A
 // semaphore's attempt that finds a key ahead with another number of
 // permits is refused (ErrInvalidOption): every key ahead counts, not only
 // the holders', because an attempt that passed this check saw every key
@@ -58,7 +60,14 @@ func permitsOf(value []byte) int {
 // all be refused.
 func (a *attempt) holds(name string, q *etcdserverpb.RangeResponse) (bool, error) {
 	if a.permits == 0 {
-		return q.Kvs[0].CreateRevision == a.rev, nil
+		ours := false
+		for _, kv := range q.Kvs {
+			if kv.CreateRevision < a.rev {
+				return false, nil
+			}
+			ours = ours || kv.CreateRevision == a.rev
+		}
+		return ours, nil
 	}
 	ahead := 0
 	for _, kv := range q.Kvs {
