@@ -26,15 +26,23 @@ func TestLeaseLostWhileWaiting(t *testing.T) {
 	}
 }
 
-func testLeaseLostWhileWaiting(t *testing.T, ttl time.Duration) {
+// openFresh opens a Locker on the test server under a fresh prefix named
+// after what, closed at the end of the test, with a context of a minute.
+func openFresh(t *testing.T, what string) (context.Context, *testenv.Server, string, *dlock.Locker) {
+	t.Helper()
 	s := testenv.Etcd(t)
 	ctx := testenv.Context(t, time.Minute)
-	prefix := fmt.Sprintf("/dlocktest/recheck-%d", time.Now().UnixNano())
+	prefix := fmt.Sprintf("/dlocktest/%s-%d", what, time.Now().UnixNano())
 	l, err := dlock.Open(ctx, s.URL+prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return ctx, s, prefix, l
+}
+
+func testLeaseLostWhileWaiting(t *testing.T, ttl time.Duration) {
+	ctx, s, prefix, l := openFresh(t, "recheck")
 	a, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
@@ -90,14 +98,7 @@ func testLeaseLostWhileWaiting(t *testing.T, ttl time.Duration) {
 // the server's notice, and the waiter is granted; a waiter that trusted
 // the watch alone would wait forever.
 func TestPredecessorGoneBeforeWatch(t *testing.T) {
-	s := testenv.Etcd(t)
-	ctx := testenv.Context(t, time.Minute)
-	prefix := fmt.Sprintf("/dlocktest/gone-%d", time.Now().UnixNano())
-	l, err := dlock.Open(ctx, s.URL+prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, _, _, l := openFresh(t, "gone")
 	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 	a, err := l.Acquire(ctx, "n", opts)
 	if err != nil {
