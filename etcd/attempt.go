@@ -300,58 +300,55 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 // waitDelete waits until the predecessor key, created at revision
 // createRev and there at revision seen, is deleted, renewing our lease on
 // each tick. It returns a revision from which the key is gone, or 0 when
-// the watch broke (the caller looks again). The watch starts at the
-// current revision, not at a past one: etcd serves a watcher that starts
-// in the past from its "unsynced" group, which it catches up every 100ms,
-// and a queue's revision moves on between our look and the watch whenever
-// it is busy, so a watch from the look's revision waited up to 100ms after
-// the delete. The server's notice that the watch is created carries the
+// the watch broke (the caller looks again). The watch is on the Locker's
+// own watch stream (watcher.go), and starts at the current revision, not
+// at a past one: etcd serves a watcher that starts in the past from its
+// "unsynced" group, which it catches up every 100ms, and a queue's
+// revision moves on between our look and the watch whenever it is busy,
+// so a watch from the look's revision waited up to 100ms after the
+// delete. The server's notice that the watch is created carries the
 // revision after which it sees every event: when that is seen or earlier,
 // the watch covers every revision since the key was seen; otherwise a
 // look finds a delete that came in between (the key gone, or its name
 // reused by a later key).
 func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
-	wctx, cancel := a.l.waitCtx(ctx)
-	defer cancel()
 	if testBeforeWatch != nil {
 		testBeforeWatch()
 	}
-	wch := a.l.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	broken := func() (int64, error) {
+		// No leader, a broken stream: pause a moment and look again.
+		select {
+		case <-time.After(50 * time.Millisecond):
+			return 0, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	dw, err := a.l.watcher.watchDelete(key, createRev)
+	if err != nil {
+		return broken()
+	}
+	defer a.l.watcher.stop(dw)
+	created := false
 	for {
 		select {
-		case wr, ok := <-wch:
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
+		case rev := <-dw.notes:
+			switch {
+			case rev == 0:
+				return broken()
+			case created:
+				return rev, nil // the delete
 			}
-			if !ok || wr.Err() != nil {
-				// No leader, a broken stream: pause a moment and look
-				// again.
-				select {
-				case <-time.After(50 * time.Millisecond):
-				case <-ctx.Done():
-					return 0, ctx.Err()
-				}
-				return 0, nil
+			created = true
+			if seen > 0 && rev <= seen {
+				continue // no revision unwatched since the key was seen
 			}
-			if wr.Created {
-				if seen > 0 && wr.Header.Revision <= seen {
-					continue // no revision unwatched since the key was seen
-				}
-				g, err := a.l.cli.Get(ctx, key)
-				if err != nil {
-					return 0, nil // look again
-				}
-				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
-					return g.Header.Revision, nil // gone already
-				}
-				continue
+			g, err := a.l.cli.Get(ctx, key)
+			if err != nil {
+				return 0, nil // look again
 			}
-			for _, ev := range wr.Events {
-				// (A delete before createRev is of an earlier key of
-				// the same name: a spare etcd lease's.)
-				if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > createRev {
-					return ev.Kv.ModRevision, nil
-				}
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
+				return g.Header.Revision, nil // gone already
 			}
 		case <-tick:
 			if err := a.keepAlive(ctx); err != nil {

@@ -6,19 +6,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The waiters' watch stream. The client multiplexes every watch whose
-// context carries the same gRPC metadata on one stream, and closes that
-// stream when its last watch ends: a waiter, which watches only its
-// predecessor and only while it waits, opened a new gRPC stream (an
+// The semaphore waiters' watch stream. The client multiplexes every watch
+// whose context carries the same gRPC metadata on one stream, and closes
+// that stream when its last watch ends: a semaphore's waiter, which
+// watches the queue only while it waits, opened a new gRPC stream (an
 // HTTP/2 stream, the server's two goroutines and the client's three) and
-// tore it down at every wait, most of the client's CPU per handoff. So
-// while a Locker has waited once, it keeps one more watch open on the
-// waiters' stream (WithRequireLeader, as theirs): a watch of the prefix
-// key itself, under which dlock writes nothing, whose events the server
-// filters out anyway. It ends with the stream (a broken stream, no
-// leader), and the next wait opens it again; Close ends it.
+// tore it down at every wait. So while a Locker has waited once, it keeps
+// one more watch open on the waiters' stream (WithRequireLeader, as
+// theirs): a watch of the prefix key itself, under which dlock writes
+// nothing, whose events the server filters out anyway. It ends with the
+// stream (a broken stream, no leader), and the next wait opens it again;
+// Close ends it. (A lock's waiters watch on the Locker's own stream,
+// watcher.go.)
 
-// waitCtx is the context of a waiter's watch: ctx, requiring a leader,
+// waitCtx is the context of a semaphore waiter's watch: ctx, requiring a leader,
 // on the kept stream.
 func (l *locker) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	l.keepWatchStream()
