@@ -2,12 +2,10 @@ package etcd
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // watcher watches predecessors' deletes for a Locker's waiters over one
@@ -50,9 +48,14 @@ func (w *watcher) watchDelete(key string, createRev int64) (*deleteWatch, error)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stream == nil {
-		if err := w.openLocked(); err != nil {
+		// The stream, with its reader in a goroutine that Close waits for.
+		st, cancel, err := openStream(w.l, "watch", func(ctx context.Context) (pb.Watch_WatchClient, error) {
+			return pb.NewWatchClient(w.l.cli.ActiveConnection()).Watch(ctx)
+		}, w.read)
+		if err != nil {
 			return nil, err
 		}
+		w.stream, w.cancel, w.active = st, cancel, make(map[int64]*deleteWatch)
 	}
 	st := w.stream
 	w.creating = append(w.creating, dw)
@@ -88,40 +91,22 @@ func (w *watcher) sendCancelLocked(id int64) {
 	}
 }
 
-// openLocked opens the stream, with its reader in a goroutine that Close
-// waits for.
-func (w *watcher) openLocked() error {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.l.closing))
-	st, err := pb.NewWatchClient(w.l.cli.ActiveConnection()).Watch(ctx)
-	if err != nil {
-		cancel()
-		return err
-	}
-	if !w.l.background(func() { w.read(st) }) {
-		cancel()
-		return fmt.Errorf("etcd: watch: %w", errClosed)
-	}
-	w.stream, w.cancel = st, cancel
-	w.active = make(map[int64]*deleteWatch)
-	return nil
-}
-
 // read delivers the stream's answers until it breaks.
 func (w *watcher) read(st pb.Watch_WatchClient) {
 	for {
 		resp, err := st.Recv()
 		w.mu.Lock()
-		if w.stream != st {
-			w.mu.Unlock()
-			return
-		}
-		if err != nil {
+		current := w.stream == st // else replaced after it broke
+		switch {
+		case current && err != nil:
 			w.breakLocked(st)
-			w.mu.Unlock()
+		case current:
+			w.deliverLocked(resp)
+		}
+		w.mu.Unlock()
+		if !current || err != nil {
 			return
 		}
-		w.deliverLocked(resp)
-		w.mu.Unlock()
 	}
 }
 
