@@ -36,20 +36,24 @@ type attempt struct {
 
 	// pred is a lock's predecessor as enqueue's transaction read it (the
 	// key with the greatest create revision below ours), nil when unknown
-	// or none: wait watches it without a look of its own.
-	pred *mvccpb.KeyValue
+	// or none: wait watches it without a look of its own. predSeen is the
+	// revision of that read.
+	pred     *mvccpb.KeyValue
+	predSeen int64
 }
 
 // enqueue takes a spare etcd lease of the TTL (or grants one) and
-// creates the key under it in one transaction that also reads the lowest
-// create revision of the queue (etcd's concurrency.Mutex recipe). A spare
+// creates the key under it in one transaction that also reads what decides
+// the grant (etcd's concurrency.Mutex recipe reads the lowest create
+// revision of the queue; a lock's transaction reads the two newest keys:
+// ours, and the predecessor if there is one, see enqueueOps). A spare
 // renewed within the reuse window (the spare second, spares.go) is taken as it is:
 // the server holds it a whole TTL from now already. Another is renewed at
 // the same time, both requests in flight together, so that the server
 // holds the lease a whole TTL from the acquisition's start: one round
 // trip's time with a spare either way. It returns the queue's range that
-// decides the grant (see queueOp). For a lock, the transaction also reads
-// the predecessor (enqueueOps), which a waiter then watches.
+// decides the grant (see holds), and keeps a lock's predecessor, which a
+// waiter then watches.
 func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, error) {
 	var renewed chan time.Time
 	if sp, ok := a.l.spares.take(a.ttl); ok {
@@ -79,7 +83,6 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 		Then(a.enqueueOps()...).
-		Else(clientv3.OpGet(a.key), a.queueOp()).
 		Commit()
 	if renewed != nil {
 		a.start = <-renewed
@@ -96,8 +99,18 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	if !resp.Succeeded {
 		// The key exists: a retried transaction whose first try was
 		// applied (the lease is ours, so is the key: a spare is kept only
-		// after its key was deleted).
-		a.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		// after its key was deleted). Rare: it is read apart, not in an
+		// Else branch that every transaction would carry.
+		a.rev = 0
+		resp, err = a.l.cli.Txn(ctx).Then(clientv3.OpGet(a.key), a.queueOp()).Commit()
+		if err != nil {
+			return nil, err
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, errRequeue // our key is gone already (revoked)
+		}
+		a.rev = kvs[0].CreateRevision
 	}
 	q := resp.Responses[1].GetResponseRange()
 	if len(q.Kvs) == 0 {
@@ -106,16 +119,18 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	if resp.Succeeded && a.permits == 0 {
 		// Our key is the newest (created by this transaction): the
 		// second newest is the predecessor.
-		if p := resp.Responses[2].GetResponseRange().Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
-			a.pred = p[1]
+		if p := q.Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
+			a.pred, a.predSeen = p[1], resp.Header.Revision
 		}
 	}
 	return q, nil
 }
 
-// enqueueOps are enqueue's operations when our key is absent: create it,
-// read what decides the grant and, for a lock, the two newest keys of
-// the queue (ours and its predecessor).
+// enqueueOps are enqueue's operations when our key is absent: create it
+// and read what decides the grant: a lock's two newest keys, ours (the
+// newest: this transaction creates it) and the predecessor, which is there
+// if and only if ours is not the lowest (one range, keys only, where the
+// lowest key and the predecessor took two); a semaphore's queueOp.
 func (a *attempt) enqueueOps() []clientv3.Op {
 	put := clientv3.OpPut(a.key, a.value, clientv3.WithLease(a.id))
 	if a.permits > 0 {
@@ -123,12 +138,14 @@ func (a *attempt) enqueueOps() []clientv3.Op {
 	}
 	newest := clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 		clientv3.WithLimit(2), clientv3.WithKeysOnly())
-	return []clientv3.Op{put, a.queueOp(), newest}
+	return []clientv3.Op{put, newest}
 }
 
-// queueOp reads, in enqueue's transaction, what decides the grant: a
-// lock's lowest key; every key of a semaphore's queue, oldest first (ours
-// is the newest), with the values that say their numbers of permits.
+// queueOp reads, after enqueue's transaction found our key there already
+// (a retried transaction), what decides the grant: a lock's lowest key; and
+// when it is absent too for a semaphore: every key of its queue, oldest
+// first (ours is the newest), with the values that say their numbers of
+// permits.
 func (a *attempt) queueOp() clientv3.Op {
 	if a.permits == 0 {
 		return clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)
@@ -139,13 +156,39 @@ func (a *attempt) queueOp() clientv3.Op {
 // aheadOp reads, in grantWaited's transaction, what decides a grant after
 // waiting: a lock's lowest key, or a semaphore's N lowest (its keys only).
 // (A count of the keys below ours would not do: etcd counts a range
-// before it applies a create-revision filter.)
-func (a *attempt) aheadOp() clientv3.Op {
+// before it applies a create-revision filter.) Serializable: read from
+// what the member has applied (see grantWaited).
+func (a *attempt) aheadOp(serializable bool) clientv3.Op {
+	var opts []clientv3.OpOption
 	if a.permits == 0 {
-		return clientv3.OpGet(a.queue, clientv3.WithFirstCreate()...)
+		opts = clientv3.WithFirstCreate()
+	} else {
+		opts = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+			clientv3.WithLimit(int64(a.permits)), clientv3.WithKeysOnly()}
 	}
-	return clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
-		clientv3.WithLimit(int64(a.permits)), clientv3.WithKeysOnly())
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	return clientv3.OpGet(a.queue, opts...)
+}
+
+// check is grantWaited's transaction: is our key there, with its create
+// revision, and what is ahead of it. From a revision after (not 0), it is
+// served by the member from what it has applied, if that is at after or
+// later (see grantWaited), else it is a linearizable read.
+func (a *attempt) check(ctx context.Context, after int64) (*clientv3.TxnResponse, error) {
+	txn := func(serializable bool) (*clientv3.TxnResponse, error) {
+		return a.l.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(a.aheadOp(serializable)).
+			Commit()
+	}
+	if after > 0 {
+		if resp, err := txn(true); err == nil && resp.Header.Revision >= after {
+			return resp, nil
+		}
+	}
+	return txn(false)
 }
 
 // admitted reports, from aheadOp's range, whether our key holds: it is
@@ -203,17 +246,18 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 	tick := time.NewTicker(time.Duration(a.ttl) * time.Second / 3)
 	defer tick.Stop()
 	pause := func() error { return a.pause(ctx, tick.C) }
-	// deleted: the predecessor was just deleted, so we are likely first:
-	// try the grant at once, and look for a new predecessor only if a key
-	// below ours is still there (one round trip from the release to the
-	// grant, not two).
-	deleted := false
+	// deleted: the revision from which the predecessor is gone (0: not
+	// seen gone), so we are likely first: try the grant at once, and look
+	// for a new predecessor only if a key below ours is still there (one
+	// round trip from the release to the grant, not two).
+	var deleted int64
 	for {
 		var pred *mvccpb.KeyValue
+		var seen int64 // the revision at which pred was there
 		switch {
-		case deleted:
+		case deleted > 0:
 		case a.pred != nil:
-			pred, a.pred = a.pred, nil // enqueue read it
+			pred, seen, a.pred = a.pred, a.predSeen, nil // enqueue read it
 		default:
 			resp, err := a.l.cli.Get(ctx, a.queue,
 				append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
@@ -224,12 +268,13 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 				continue
 			}
 			if len(resp.Kvs) > 0 {
-				pred = resp.Kvs[0]
+				pred, seen = resp.Kvs[0], resp.Header.Revision
 			}
 		}
 		if pred == nil {
-			deleted = false
-			ls, lowest, err := a.grantWaited(ctx)
+			after := deleted
+			deleted = 0
+			ls, lowest, err := a.grantWaited(ctx, after)
 			switch {
 			case err == nil && lowest:
 				return ls, nil
@@ -244,7 +289,7 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			}
 			continue
 		}
-		gone, err := a.waitDelete(ctx, string(pred.Key), pred.CreateRevision, tick.C)
+		gone, err := a.waitDelete(ctx, string(pred.Key), pred.CreateRevision, seen, tick.C)
 		if err != nil {
 			return nil, err
 		}
@@ -253,58 +298,71 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 }
 
 // waitDelete waits until the predecessor key, created at revision
-// createRev, is deleted (or the watch breaks: the caller looks again),
-// renewing our lease on each tick. The watch starts at the current
-// revision, not at a past one: etcd serves a watcher that starts in the
-// past from its "unsynced" group, which it catches up every 100ms, and a
-// queue's revision moves on between our look and the watch whenever it is
-// busy, so a watch from the look's revision waited up to 100ms after the
-// delete. Once the server confirms the watch, a look finds a delete that
-// came before it (the key gone, or its name reused by a later key).
-func (a *attempt) waitDelete(ctx context.Context, key string, createRev int64, tick <-chan time.Time) (gone bool, _ error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := a.l.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+// createRev and there at revision seen, is deleted, renewing our lease on
+// each tick. It returns a revision from which the key is gone, or 0 when
+// the watch broke (the caller looks again). The watch is on the Locker's
+// own watch stream (watcher.go), and starts at the current revision, not
+// at a past one: etcd serves a watcher that starts in the past from its
+// "unsynced" group, which it catches up every 100ms, and a queue's
+// revision moves on between our look and the watch whenever it is busy,
+// so a watch from the look's revision waited up to 100ms after the
+// delete. The server's notice that the watch is created carries the
+// revision after which it sees every event: when that is seen or earlier,
+// the watch covers every revision since the key was seen; otherwise a
+// look finds a delete that came in between (the key gone, or its name
+// reused by a later key).
+func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
+	if testBeforeWatch != nil {
+		testBeforeWatch()
+	}
+	broken := func() (int64, error) {
+		// No leader, a broken stream: pause a moment and look again.
+		select {
+		case <-time.After(50 * time.Millisecond):
+			return 0, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	dw, err := a.l.watcher.watchDelete(key, createRev)
+	if err != nil {
+		return broken()
+	}
+	defer a.l.watcher.stop(dw)
+	created := false
 	for {
 		select {
-		case wr, ok := <-wch:
-			if ctx.Err() != nil {
-				return false, ctx.Err()
+		case rev := <-dw.notes:
+			switch {
+			case rev == 0:
+				return broken()
+			case created:
+				return rev, nil // the delete
 			}
-			if !ok || wr.Err() != nil {
-				// No leader, a broken stream: pause a moment and look
-				// again.
-				select {
-				case <-time.After(50 * time.Millisecond):
-				case <-ctx.Done():
-					return false, ctx.Err()
-				}
-				return false, nil
+			created = true
+			if seen > 0 && rev <= seen {
+				continue // no revision unwatched since the key was seen
 			}
-			if wr.Created {
-				g, err := a.l.cli.Get(ctx, key)
-				if err != nil {
-					return false, nil // look again
-				}
-				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
-					return true, nil // gone already
-				}
-				continue
+			g, err := a.l.cli.Get(ctx, key)
+			if err != nil {
+				return 0, nil // look again
 			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return true, nil
-				}
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
+				return g.Header.Revision, nil // gone already
 			}
 		case <-tick:
 			if err := a.keepAlive(ctx); err != nil {
-				return false, err
+				return 0, err
 			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }
+
+// testBeforeWatch, set by a test only, runs before waitDelete's watch
+// starts (TestPredecessorGoneBeforeWatch).
+var testBeforeWatch func()
 
 // pause waits a moment after a failed call (no leader during an election,
 // a member restarting), renewing the lease on the way (tick): a waiter
@@ -356,7 +414,19 @@ func (a *attempt) keepAlive(ctx context.Context) error {
 // now already, and our key, found by the transaction, says it was neither
 // revoked nor expired. lowest is false when a key below ours appeared (the
 // caller waits again).
-func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool, _ error) {
+//
+// after, when not 0, is a revision from which the predecessor is known to
+// be gone (its delete, seen by the watch): the transaction is then served
+// by the member from what it has applied, without the leader's quorum
+// check of a linearizable read (which waits for the raft loop, behind the
+// disk writes in flight: the handoff's critical path), and its answer is
+// taken only if it is of that revision or later. It proves the same: no
+// key below ours at a revision after ours was created (none can be
+// created below ours later), and our key there at a revision at least as
+// late as the predecessor's delete, with a lease the renewal (or the
+// spare second) proves alive. An answer from a member that lags is asked
+// again of the leader.
+func (a *attempt) grantWaited(ctx context.Context, after int64) (_ driver.Lease, lowest bool, _ error) {
 	at := time.Now()
 	var renewed chan error
 	if at.Sub(a.renewed) >= reuseWindow(a.ttl) {
@@ -366,10 +436,7 @@ func (a *attempt) grantWaited(ctx context.Context) (_ driver.Lease, lowest bool,
 			renewed <- err
 		}()
 	}
-	resp, err := a.l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-		Then(a.aheadOp()).
-		Commit()
+	resp, err := a.check(ctx, after)
 	if renewed != nil {
 		if rerr := <-renewed; rerr != nil {
 			if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {

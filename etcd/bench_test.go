@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,7 +107,10 @@ func BenchmarkUncontended(b *testing.B) {
 // its /metrics: unary calls and stream messages by gRPC method), exact
 // figures where times are noisy: uncontended acquire+release by one
 // Locker (TTL 10s), and a handoff of 8 Lockers each holding 1ms (the
-// dlockbench workload "handoff w=8 hold=1ms"). Run with e.g.
+// dlockbench workload "handoff w=8 hold=1ms"). Beside them, the CPU
+// time per grant of the clients (this process) and of the server
+// (client-µs/grant, server-µs/grant; on Linux), which the machine's two
+// sides share. Run with e.g.
 //
 //	go test -run '^$' -bench Requests -benchtime 400x ./
 func BenchmarkRequests(b *testing.B) {
@@ -129,6 +134,7 @@ func BenchmarkRequests(b *testing.B) {
 				lockers[i] = l
 			}
 			before := etcdRequests(b, srv.Addr)
+			cli0, srv0 := selfCPU(), procCPU(srv.Pid())
 			var left atomic.Int64
 			left.Store(int64(b.N))
 			var wg sync.WaitGroup
@@ -150,7 +156,12 @@ func BenchmarkRequests(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
+			cli1, srv1 := selfCPU(), procCPU(srv.Pid())
 			after := etcdRequests(b, srv.Addr)
+			if cli1 > 0 && srv1 > 0 {
+				b.ReportMetric(stats.Micros(cli1-cli0)/float64(b.N), "client-µs/grant")
+				b.ReportMetric(stats.Micros(srv1-srv0)/float64(b.N), "server-µs/grant")
+			}
 			total := 0.0
 			for m, n := range after {
 				if d := n - before[m]; d > 0 && m != "Status" {
@@ -187,4 +198,32 @@ func etcdRequests(b *testing.B, addr string) map[string]float64 {
 		counts[method] += n
 	}
 	return counts
+}
+
+// selfCPU is this process's CPU time (user and system) so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is process pid's CPU time so far, from /proc (0 where there is
+// none: not Linux, no such process).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	// pid (comm) state ... utime(14th field) stime(15th); comm may hold spaces.
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(u+st) * time.Second / clkTck
 }

@@ -55,8 +55,10 @@
 // lease and the re-check Jepsen found missing in etcd 3.4.3's mutex:
 //
 //   - An attempt takes an etcd lease with the TTL and creates its key in
-//     one transaction that also reads the queue's lowest create revision;
-//     it holds the lock when that is its own key's. TryAcquire deletes its
+//     one transaction that also reads the queue's two newest keys (its own
+//     and its predecessor, the key with the greatest create revision below
+//     its own); it holds the lock when there is no predecessor: its key is
+//     the lowest. TryAcquire deletes its
 //     key at once when it does not. The etcd lease is a spare when the
 //     Locker has one: a lease of the same TTL whose key an earlier release
 //     deleted, kept alive without keys for the next acquisition (at most 8
@@ -71,14 +73,21 @@
 //     session lease between every lock, which a lease without keep-alive
 //     cannot).
 //   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair)
-//     and each watches only its predecessor, the key with the greatest
-//     create revision below its own (read by the transaction that created
-//     its key), so a release wakes one waiter. While
-//     it waits, a waiter renews its etcd lease every third of the TTL.
+//     and each watches only its predecessor (read by the transaction that
+//     created its key), so a release wakes one waiter. The watches go over
+//     one watch stream per Locker; one starts at the server's current
+//     revision, and when that is later than the read that saw the
+//     predecessor, a read after the watch's start finds a delete in
+//     between. While it waits, a waiter renews its etcd lease every third
+//     of the TTL.
 //   - After waiting, the grant renews the etcd lease (a lease that expired
 //     while its owner waited fails here, and the attempt queues again with
 //     a new lease) and then checks, in one transaction, that its key still
-//     exists with its create revision and is the lowest of the queue. The
+//     exists with its create revision and is the lowest of the queue. After
+//     the predecessor's delete, the member that answers serves that check
+//     from what it has applied, taken only at the delete's revision or
+//     later (none can be created below a key later, and the renewal proves
+//     the lease alive), so no quorum read is on a handoff's path. The
 //     lease's local deadline counts from the start of that renewal. A
 //     waiter whose etcd lease has the extra second and was renewed less
 //     than 0.9s ago skips the renewal: its key, still there, proves the

@@ -33,7 +33,8 @@ type lease struct {
 	mu       sync.Mutex
 	released bool
 	renewed  time.Time          // start of the etcd lease's last renewal (at, then Refresh's)
-	stop     context.CancelFunc // ends the watch on our key
+	timer    *time.Timer        // starts the watch on our key
+	cancel   context.CancelFunc // ends the watch once it started
 }
 
 var (
@@ -63,11 +64,32 @@ const watchAfter = 100 * time.Millisecond
 // back (the etcd lease expired or was revoked, an operator deleted it):
 // earlier than the next refresh would. It starts after watchAfter, and
 // watches from the revision after our create, so a delete before the
-// watch starts is not missed.
+// watch starts is not missed. Its context is made when it starts: a lease
+// released sooner (most are) costs a timer only.
 func (ls *lease) watch() {
-	ctx, cancel := context.WithCancel(ls.l.closing)
-	t := time.AfterFunc(watchAfter, func() { ls.watchKey(ctx) })
-	ls.stop = func() { t.Stop(); cancel() }
+	ls.timer = time.AfterFunc(watchAfter, func() {
+		ls.mu.Lock()
+		if ls.released {
+			ls.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithCancel(ls.l.closing)
+		ls.cancel = cancel
+		ls.mu.Unlock()
+		ls.watchKey(ctx)
+	})
+}
+
+// stopWatch ends the watch, or keeps it from starting (the lease is
+// released: ls.released is set).
+func (ls *lease) stopWatch() {
+	ls.timer.Stop()
+	ls.mu.Lock()
+	cancel := ls.cancel
+	ls.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // watchKey is watch's goroutine.
@@ -195,9 +217,7 @@ func (ls *lease) Release(ctx context.Context) error {
 	ls.released = true
 	renewed := ls.renewed
 	ls.mu.Unlock()
-	if ls.stop != nil {
-		ls.stop()
-	}
+	ls.stopWatch()
 	octx, cancel := ls.l.op(ctx)
 	defer cancel()
 	resp, err := ls.l.cli.Txn(octx).

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -14,17 +15,35 @@ import (
 // TestLeaseLostWhileWaiting is Jepsen's etcd 3.4.3 finding: a waiter whose
 // etcd lease ends while it waits (here revoked behind its back) must not be
 // granted on its dead key when the holder releases; it queues again with a
-// new lease and is granted on a live key, with a new, greater token.
+// new lease and is granted on a live key, with a new, greater token. With
+// a TTL of 3s the grant renews the lease (which fails); with 10s the
+// waiter's lease, renewed under a second ago, is not renewed (the spare
+// second), and the check of our key after the predecessor's delete (a
+// serializable read, grantWaited) is what finds it gone.
 func TestLeaseLostWhileWaiting(t *testing.T) {
+	for _, ttl := range []time.Duration{3 * time.Second, 10 * time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) { testLeaseLostWhileWaiting(t, ttl) })
+	}
+}
+
+// openFresh opens a Locker on the test server under a fresh prefix named
+// after what, closed at the end of the test, with a context of a minute.
+func openFresh(t *testing.T, what string) (context.Context, *testenv.Server, string, *dlock.Locker) {
+	t.Helper()
 	s := testenv.Etcd(t)
 	ctx := testenv.Context(t, time.Minute)
-	prefix := fmt.Sprintf("/dlocktest/recheck-%d", time.Now().UnixNano())
+	prefix := fmt.Sprintf("/dlocktest/%s-%d", what, time.Now().UnixNano())
 	l, err := dlock.Open(ctx, s.URL+prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	a, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: 3 * time.Second})
+	t.Cleanup(func() { l.Close() })
+	return ctx, s, prefix, l
+}
+
+func testLeaseLostWhileWaiting(t *testing.T, ttl time.Duration) {
+	ctx, s, prefix, l := openFresh(t, "recheck")
+	a, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +53,7 @@ func TestLeaseLostWhileWaiting(t *testing.T) {
 	}
 	got := make(chan res, 1)
 	go func() {
-		b, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: 3 * time.Second})
+		b, err := l.Acquire(ctx, "n", &dlock.AcquireOptions{TTL: ttl})
 		got <- res{b, err}
 	}()
 	// The waiter's key: the second of the queue.
@@ -70,5 +89,38 @@ func TestLeaseLostWhileWaiting(t *testing.T) {
 	case <-r.lease.Done():
 		t.Fatalf("the new lease ended: %v", r.lease.Err())
 	default:
+	}
+}
+
+// TestPredecessorGoneBeforeWatch: a waiter's predecessor deleted after
+// enqueue read it and before the waiter's watch starts (the revision moved
+// on: the watch does not cover the delete) is found gone by the look after
+// the server's notice, and the waiter is granted; a waiter that trusted
+// the watch alone would wait forever.
+func TestPredecessorGoneBeforeWatch(t *testing.T) {
+	ctx, _, _, l := openFresh(t, "gone")
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	a, err := l.Acquire(ctx, "n", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	testBeforeWatch = func() {
+		testBeforeWatch = nil // the first watch only
+		released <- a.Release(ctx)
+	}
+	defer func() { testBeforeWatch = nil }()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := l.Acquire(wctx, "n", opts)
+	if err != nil {
+		t.Fatalf("the waiter whose predecessor left before its watch: %v", err)
+	}
+	defer b.Release(ctx)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if b.Token() <= a.Token() {
+		t.Errorf("token %d after %d", b.Token(), a.Token())
 	}
 }

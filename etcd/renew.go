@@ -75,18 +75,33 @@ func (r *renewer) renew(ctx context.Context, id clientv3.LeaseID) (int64, error)
 // others fails it at once instead of answering for a lease it cannot
 // renew.
 func (r *renewer) openLocked() error {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.l.closing))
-	st, err := pb.NewLeaseClient(r.l.cli.ActiveConnection()).LeaseKeepAlive(ctx)
+	st, cancel, err := openStream(r.l, "lease keep-alive", func(ctx context.Context) (pb.Lease_LeaseKeepAliveClient, error) {
+		return pb.NewLeaseClient(r.l.cli.ActiveConnection()).LeaseKeepAlive(ctx)
+	}, r.read)
 	if err != nil {
-		cancel()
 		return err
-	}
-	if !r.l.background(func() { r.read(st) }) {
-		cancel()
-		return fmt.Errorf("etcd: lease keep-alive: %w", errClosed)
 	}
 	r.stream, r.cancel = st, cancel
 	return nil
+}
+
+// openStream opens one of the Locker's own streams (the renewer's, the
+// watcher's) with open, on a context that requires a leader and ends with
+// the Locker, and runs read on it in a goroutine that Close waits for.
+// what names the stream in an error.
+func openStream[S any](l *locker, what string, open func(context.Context) (S, error), read func(S)) (S, context.CancelFunc, error) {
+	var none S
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.closing))
+	st, err := open(ctx)
+	if err != nil {
+		cancel()
+		return none, nil, err
+	}
+	if !l.background(func() { read(st) }) {
+		cancel()
+		return none, nil, fmt.Errorf("etcd: %s: %w", what, errClosed)
+	}
+	return st, cancel, nil
 }
 
 // errClosed: the Locker closed.

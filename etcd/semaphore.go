@@ -49,7 +49,9 @@ func permitsOf(value []byte) int {
 }
 
 // holds decides, from enqueue's range q, whether the attempt holds: a
-// lock's key is the lowest; a semaphore's has fewer than N keys ahead. A
+// lock's key is the lowest (q holds the queue's lowest key, or our key and
+// the predecessor if there is one: ours is there and none below it); a
+// semaphore's has fewer than N keys ahead. A
 // semaphore's attempt that finds a key ahead with another number of
 // permits is refused (ErrInvalidOption): every key ahead counts, not only
 // the holders', because an attempt that passed this check saw every key
@@ -58,7 +60,14 @@ func permitsOf(value []byte) int {
 // all be refused.
 func (a *attempt) holds(name string, q *etcdserverpb.RangeResponse) (bool, error) {
 	if a.permits == 0 {
-		return q.Kvs[0].CreateRevision == a.rev, nil
+		ours := false
+		for _, kv := range q.Kvs {
+			if kv.CreateRevision < a.rev {
+				return false, nil
+			}
+			ours = ours || kv.CreateRevision == a.rev
+		}
+		return ours, nil
 	}
 	ahead := 0
 	for _, kv := range q.Kvs {
@@ -105,7 +114,7 @@ func (a *attempt) waitPermit(ctx context.Context) (driver.Lease, error) {
 // confirmed it: a deletion before the read is in the read, one after it
 // is an event after the read's revision.
 func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver.Lease, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := a.l.waitCtx(ctx)
 	defer cancel()
 	wch := a.l.cli.Watch(wctx, a.queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	var (
@@ -114,7 +123,7 @@ func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver
 	)
 	for {
 		if ahead != nil && len(ahead) < a.permits {
-			ls, admitted, err := a.grantWaited(ctx)
+			ls, admitted, err := a.grantWaited(ctx, 0)
 			switch {
 			case err == nil && admitted:
 				return ls, nil

@@ -31,6 +31,10 @@ type spares struct {
 	free    map[int64][]spare // by TTL in seconds, most recently renewed last
 	running bool              // the renewing goroutine runs
 	wake    chan struct{}
+	// next is when the renewing goroutine wakes next, as it computed it
+	// from the spares kept then: put wakes it only for a spare due
+	// before (a spare put back after use is due when it was before).
+	next time.Time
 }
 
 // spare is an etcd lease without keys.
@@ -47,6 +51,10 @@ const (
 	maxSpares = 8
 	idleFor   = 30 * time.Second
 )
+
+// due is when sp is to be renewed: a third of its TTL after the last
+// renewal.
+func (s *spare) due() time.Time { return s.renewed.Add(time.Duration(s.ttl) * time.Second / 3) }
 
 func (s *spare) fresh(now time.Time) bool {
 	return now.Sub(s.renewed) < time.Duration(s.ttl)*time.Second/2
@@ -85,10 +93,13 @@ func (p *spares) put(sp spare) {
 	p.free[sp.ttl] = append(p.free[sp.ttl], sp)
 	start := !p.running
 	p.running = true
+	wake := sp.due().Before(p.next)
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}: // the renewer recomputes its next wake-up
-	default:
+	if wake {
+		select {
+		case p.wake <- struct{}{}: // the renewer recomputes its next wake-up
+		default:
+		}
 	}
 	if start && !p.l.background(p.renew) {
 		p.mu.Lock()
@@ -106,21 +117,16 @@ func (p *spares) renew() {
 	defer t.Stop()
 	for {
 		var due []spare
-		next := time.Now().Add(time.Hour)
 		p.mu.Lock()
 		now := time.Now()
 		for ttl, list := range p.free {
 			keep := list[:0]
 			for _, sp := range list {
-				at := sp.renewed.Add(time.Duration(sp.ttl) * time.Second / 3)
-				if !at.After(now) || now.Sub(sp.returned) >= idleFor {
+				if !sp.due().After(now) || now.Sub(sp.returned) >= idleFor {
 					due = append(due, sp)
 					continue
 				}
 				keep = append(keep, sp)
-				if at.Before(next) {
-					next = at
-				}
 			}
 			p.free[ttl] = keep
 		}
@@ -133,12 +139,22 @@ func (p *spares) renew() {
 			if p.l.renewSpare(&sp) {
 				p.mu.Lock()
 				p.free[sp.ttl] = append(p.free[sp.ttl], sp)
-				if at := sp.renewed.Add(time.Duration(sp.ttl) * time.Second / 3); at.Before(next) {
-					next = at
-				}
 				p.mu.Unlock()
 			}
 		}
+		// The next wake-up, from the spares kept now, under the lock
+		// that put takes: a spare put after this is compared with it.
+		p.mu.Lock()
+		next := time.Now().Add(time.Hour)
+		for _, list := range p.free {
+			for _, sp := range list {
+				if at := sp.due(); at.Before(next) {
+					next = at
+				}
+			}
+		}
+		p.next = next
+		p.mu.Unlock()
 		t.Reset(time.Until(next))
 		select {
 		case <-p.l.closing.Done():
