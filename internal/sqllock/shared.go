@@ -298,16 +298,25 @@ func (l *Locker) breakSession(ctx context.Context, s *session) {
 	})
 }
 
-// acquireShared is a Native Acquire or TryAcquire that shares sessions:
-// one try on a shared session, then (Acquire) a wait in the server's
-// queue on a connection of its own, which is shared once granted.
-func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait bool) (*pinnedLease, bool, error) {
+// acquireShared is a Native Acquire or TryAcquire that shares sessions.
+// A TryAcquire tries once on a shared session. An Acquire waits in the
+// server's queue on a session of its own (a statement that waits holds
+// its session), shared once granted: one kept without leases when the
+// Locker has one (no try first: the waiting statement takes a free lock
+// at once), else, after one try on a shared session found the lock held,
+// that session when the try left it without other users, else a new one.
+func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait bool) (*pinnedLease, error) {
 	r := req
 	r.NoWait = true
+	if wait {
+		if s := l.claimIdle(r.Name, r.TTL); s != nil {
+			return l.waitOn(ctx, sh, s, req)
+		}
+	}
 	for retried := false; ; retried = true {
 		s, err := l.pickSession(ctx, r.Name, r.TTL)
 		if err != nil {
-			return nil, false, l.poolErr(ctx, err)
+			return nil, l.poolErr(ctx, err)
 		}
 		sctx, cancel := sharedCtx(ctx, false)
 		start := time.Now()
@@ -315,36 +324,151 @@ func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait boo
 		found, err := l.try(sctx, sh, s, r, &token)
 		cancel()
 		if err == nil && found {
-			return l.joinShared(s, r, token, start), true, nil
+			return l.joinShared(s, r, token, start), nil
 		}
 		if err != nil {
 			l.mu.Lock()
 			idle := len(s.leases) == 0
 			l.mu.Unlock()
-			if l.d.Classify(err) == KindBroken || errors.Is(err, errBroken) {
-				l.breakSession(ctx, s)
-				l.leave(s, r.Name, true)
-				if idle && !retried && ctx.Err() == nil {
-					continue // a kept session the server ended: try a fresh one
-				}
-				return nil, false, ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+			ferr := l.failTry(ctx, sh, s, r, err)
+			if idle && !retried && ctx.Err() == nil && (l.d.Classify(err) == KindBroken || errors.Is(err, errBroken)) {
+				continue // a kept session the server ended: try a fresh one
 			}
-			// The try may have been granted before the error: free it
-			// (alone), or break the session when that fails.
-			uctx, cancel := sharedCtx(ctx, false)
-			var ignored any
-			if _, uerr := s.exec(uctx, sh.SharedUnlock(l.t, r), &ignored); uerr != nil {
-				l.breakSession(ctx, s)
-			}
-			cancel()
-			l.leave(s, r.Name, true)
-			return nil, false, ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+			return nil, ferr
 		}
-		l.leave(s, r.Name, true)
 		if !wait {
-			return nil, false, ctxErr(ctx, l.notAcquired())
+			l.leave(s, r.Name, true)
+			return nil, ctxErr(ctx, l.notAcquired())
 		}
-		return nil, false, nil
+		if !l.claim(s) {
+			l.leave(s, r.Name, true)
+			c, err := l.pool.Pin(ctx)
+			if err != nil {
+				return nil, l.poolErr(ctx, err)
+			}
+			s = &session{conn: c, shared: true, ttl: r.TTL, gone: true, busy: 1,
+				names: map[string]struct{}{r.Name: {}}, leases: map[*pinnedLease]struct{}{}}
+		}
+		return l.waitOn(ctx, sh, s, req)
+	}
+}
+
+// failTry cleans up after a statement that failed on the shared session
+// s: a broken session is ended (with every lease on it); otherwise the
+// lock may have been granted before the error, and is freed (alone), or
+// the session broken when that fails. It ends the attempt on s.
+func (l *Locker) failTry(ctx context.Context, sh Sharer, s *session, r Req, err error) error {
+	if l.d.Classify(err) == KindBroken || errors.Is(err, errBroken) || isCtx(err) {
+		l.breakSession(ctx, s)
+	} else {
+		uctx, cancel := sharedCtx(ctx, false)
+		var ignored any
+		if _, uerr := s.exec(uctx, sh.SharedUnlock(l.t, r), &ignored); uerr != nil {
+			l.breakSession(ctx, s)
+		}
+		cancel()
+	}
+	l.leave(s, r.Name, true)
+	return ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+}
+
+// claimIdle reserves name on a shared session of ttl that has no leases
+// and no attempts, for a wait of its own (claim), or returns nil.
+func (l *Locker) claimIdle(name string, ttl time.Duration) *session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.sessions {
+		if s.ttl == ttl && len(s.names) == 0 && s.busy == 0 {
+			l.reserve(s, name)
+			l.unlist(s)
+			return s
+		}
+	}
+	return nil
+}
+
+// claim takes s, on which this attempt alone has reserved its name, out
+// of the shared sessions for a wait of its own; false when s has other
+// leases or attempts.
+func (l *Locker) claim(s *session) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.gone || s.busy != 1 || len(s.names) != 1 || len(s.leases) > 0 {
+		return false
+	}
+	l.unlist(s)
+	return true
+}
+
+// relist puts a session claimed for a wait back among the shared ones
+// (l.mu held); false when it broke meanwhile.
+func (l *Locker) relist(s *session) bool {
+	if s.broken.Load() || !s.gone {
+		return !s.broken.Load()
+	}
+	s.gone = false
+	l.sessions = append(l.sessions, s)
+	return true
+}
+
+// waitOn waits in the server's queue for req on s, a session of this
+// attempt alone (claimed, or new and unlisted), whose name it has
+// reserved; the wait is bounded by ctx's deadline (the dialect's lock
+// timeout) and cut short by its cancellation (the driver interrupts the
+// statement: the session, which holds no lease, is then ended). A grant
+// lists s among the shared sessions without a round trip; otherwise s is
+// kept or given back as any session left without leases.
+func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req) (*pinnedLease, error) {
+	r := req
+	r.NoWait = false
+	for {
+		r.Wait = 0
+		if dl, ok := ctx.Deadline(); ok {
+			r.Wait = max(time.Until(dl), time.Millisecond)
+		}
+		start := time.Now()
+		var token int64
+		found, err := l.try(ctx, sh, s, r, &token)
+		if err == nil && found {
+			l.mu.Lock()
+			l.relist(s)
+			l.mu.Unlock()
+			p := l.joinShared(s, r, token, start)
+			if err := l.settle(ctx, p, start); err != nil {
+				return nil, err
+			}
+			return p, nil
+		}
+		kind := KindOther
+		if err != nil {
+			kind = l.d.Classify(err)
+			if ctx.Err() != nil || isCtx(err) {
+				kind = KindBroken
+			}
+		}
+		switch {
+		case err == nil || kind == KindBusy:
+			// The server's wait ended: at ctx's deadline, or early (its
+			// timeout is rounded): wait again.
+			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 50*time.Millisecond {
+				l.mu.Lock()
+				l.relist(s)
+				l.mu.Unlock()
+				l.leave(s, r.Name, true)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+		case kind == KindDeadlock:
+			// A deadlock victim: try again.
+		case kind == KindBroken:
+			l.breakSession(ctx, s) // it holds no lease
+			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+		default:
+			l.mu.Lock()
+			l.relist(s) // for failTry, which frees the lock or ends s
+			l.mu.Unlock()
+			return nil, l.failTry(ctx, sh, s, r, err)
+		}
 	}
 }
 
@@ -358,18 +482,6 @@ func (l *Locker) joinShared(s *session, r Req, token int64, start time.Time) *pi
 	l.pinned[p] = struct{}{}
 	l.mu.Unlock()
 	return p
-}
-
-// share lists the session of a lease granted after a wait on a
-// connection of its own, for other leases of its TTL to share.
-func (l *Locker) share(p *pinnedLease) {
-	s := p.s
-	l.mu.Lock()
-	s.shared, s.ttl, s.set = true, p.r.TTL, true
-	s.names = map[string]struct{}{p.r.Name: {}}
-	s.leases = map[*pinnedLease]struct{}{p: {}}
-	l.sessions = append(l.sessions, s)
-	l.mu.Unlock()
 }
 
 // poolErr is the error of a connection the pool did not give: when the
