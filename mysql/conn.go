@@ -60,6 +60,9 @@ func (p *pool) Close() {
 
 func (p *pool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
 
+// InUse is how many connections are taken out of the pool.
+func (p *pool) InUse() int { return p.db.Stats().InUse }
+
 // Run runs a script on a connection of its own: its statements share
 // session variables and, for some, a transaction.
 func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {

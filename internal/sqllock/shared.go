@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Sharer is implemented by a dialect whose native locks can share a
@@ -484,17 +486,25 @@ func (l *Locker) joinShared(s *session, r Req, token int64, start time.Time) *pi
 	return p
 }
 
-// poolErr is the error of a connection the pool did not give: when the
-// wait for one ended the attempt, it says that the pool's connections are
-// all taken (a blocking Acquire needs one of its own while it waits).
+// poolStats is a Pool that says how many of its connections are in use.
+type poolStats interface{ InUse() int }
+
+// poolErr is the error of a connection the pool did not give. When the
+// wait for one ended the attempt and every connection of the pool is in
+// use (a blocking Acquire needs one of its own while it waits; a
+// dedicated lease holds one), it says so, wrapping
+// driver.ErrPoolExhausted and the context's error, and the portable
+// layer passes it on; a context that ended otherwise gives its error.
 func (l *Locker) poolErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil || isCtx(err) {
-		l.mu.Lock()
-		n := len(l.pinned)
-		l.mu.Unlock()
-		return l.errorf("waiting for a connection of the pool (%d leases of this Locker hold some): %w", n, ctxOr(ctx, err))
+	if ctx.Err() == nil && !isCtx(err) {
+		return l.errorf("taking a connection: %w", err)
 	}
-	return l.errorf("taking a connection: %w", err)
+	size := l.pool.MaxConns()
+	ps, ok := l.pool.(poolStats)
+	if !ok || size <= 0 || ps.InUse() < size {
+		return ctxOr(ctx, err)
+	}
+	return l.errorf("%w (a pool of %d): %w", driver.ErrPoolExhausted, size, ctxOr(ctx, err))
 }
 
 // ctxOr returns ctx's error when it has ended, else err.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // SharedSessions checks that the native strategy's leases share sessions
@@ -22,6 +23,10 @@ import (
 //     advisory locks, GET_LOCK is reentrant).
 //   - KilledSession: a killed session signals loss to every lease held
 //     on it, and to none elsewhere.
+//   - PoolFull: when blocking Acquires waiting in the server's queue
+//     hold every connection of the pool, an Acquire whose context ends
+//     while it waits for a connection says so (the context's error
+//     wrapped, not the bare context error), and a TryAcquire too.
 func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 	prefix := fmt.Sprintf("shared/%d/", time.Now().UnixNano())
 	opts := &dlock.AcquireOptions{TTL: 20 * time.Second}
@@ -107,6 +112,56 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 		}
 		if err := <-got; err != nil {
 			t.Fatalf("the waiter after the release: %v", err)
+		}
+	})
+	t.Run("PoolFull", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		var held []*dlock.Lease
+		for i := range size {
+			ls, err := other.TryAcquire(ctx, fmt.Sprintf("%sfull/%d", prefix, i), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, ls)
+		}
+		// A waiter per connection of l's pool, each in the server's
+		// queue on a session of its own.
+		got := make(chan error, size)
+		for i := range size {
+			go func() {
+				ls, err := l.Acquire(ctx, fmt.Sprintf("%sfull/%d", prefix, i), opts)
+				if err == nil {
+					err = ls.Release(ctx)
+				}
+				got <- err
+			}()
+		}
+		defer func() {
+			for _, ls := range held {
+				ls.Release(ctx)
+			}
+			for range size {
+				if err := <-got; err != nil {
+					t.Errorf("a waiter: %v", err)
+				}
+			}
+		}()
+		time.Sleep(time.Second) // every waiter in the server's queue
+		for _, try := range []bool{false, true} {
+			wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			var err error
+			if try {
+				_, err = l.TryAcquire(wctx, prefix+"full/free", opts)
+			} else {
+				_, err = l.Acquire(wctx, prefix+"full/free", opts)
+			}
+			wcancel()
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrPoolExhausted) || err == context.DeadlineExceeded {
+				t.Errorf("try %v: an attempt beside %d waiters on a pool of %d: %v, want the context's error wrapped in ErrPoolExhausted", try, size, size, err)
+			} else {
+				t.Logf("try %v: %v", try, err)
+			}
 		}
 	})
 	t.Run("KilledSession", func(t *testing.T) {
