@@ -53,7 +53,12 @@ type session struct {
 	leases map[*pinnedLease]struct{}
 	busy   int  // attempts in progress on it
 	set    bool // its setup is done (Sharer.SharedLock's setup)
-	idle   *time.Timer
+	// A session left without leases is kept (leave) until it has been
+	// idle for idleKeep: idle fires at most once per idleKeep while the
+	// session is used (retire), rather than a timer per lease.
+	idle      *time.Timer
+	idleArmed bool      // idle is pending
+	idleSince time.Time // when it was last left without leases
 	gone   bool // left l.sessions
 }
 
@@ -176,10 +181,6 @@ func (l *Locker) try(ctx context.Context, sh Sharer, s *session, r Req, token *i
 func (l *Locker) reserve(s *session, name string) {
 	s.names[name] = struct{}{}
 	s.busy++
-	if s.idle != nil {
-		s.idle.Stop()
-		s.idle = nil
-	}
 }
 
 // leave ends an attempt, or a lease, of name on s: a shared session left
@@ -195,8 +196,16 @@ func (l *Locker) leave(s *session, name string, attempt bool) {
 		l.mu.Unlock()
 		return
 	}
-	if s.shared && l.keepIdle() && !l.closing && !l.idleOf(s.ttl) {
-		s.idle = time.AfterFunc(idleKeep(s.ttl), func() { l.retire(s) })
+	if s.shared && l.keepIdle() && !l.closing && !l.keeps(s) {
+		s.idleSince = time.Now()
+		if !s.idleArmed {
+			s.idleArmed = true
+			if s.idle == nil {
+				s.idle = time.AfterFunc(idleKeep(s.ttl), func() { l.retire(s) })
+			} else {
+				s.idle.Reset(idleKeep(s.ttl))
+			}
+		}
 		l.mu.Unlock()
 		return
 	}
@@ -209,22 +218,30 @@ func (l *Locker) leave(s *session, name string, attempt bool) {
 	l.goCleanup(func() { l.giveBack(s) })
 }
 
-// idleOf reports whether a session of ttl is kept without leases (l.mu
-// held).
-func (l *Locker) idleOf(ttl time.Duration) bool {
+// keeps reports whether a session of s's TTL other than s is kept
+// without leases (l.mu held).
+func (l *Locker) keeps(s *session) bool {
 	for _, o := range l.sessions {
-		if o.ttl == ttl && o.idle != nil {
+		if o != s && o.ttl == s.ttl && len(o.names) == 0 && o.busy == 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// retire gives back a session left without leases (unless it has gone,
-// or has been taken again meanwhile).
+// retire gives back a session kept without leases for idleKeep; one in
+// use again is left alone (leave arms idle again), one used meanwhile
+// is looked at again when idleKeep has passed since.
 func (l *Locker) retire(s *session) {
 	l.mu.Lock()
+	s.idleArmed = false
 	if s.gone || len(s.names) > 0 || s.busy > 0 {
+		l.mu.Unlock()
+		return
+	}
+	if rest := idleKeep(s.ttl) - time.Since(s.idleSince); rest > 0 {
+		s.idleArmed = true
+		s.idle.Reset(rest)
 		l.mu.Unlock()
 		return
 	}
@@ -238,7 +255,7 @@ func (l *Locker) unlist(s *session) {
 	s.gone = true
 	if s.idle != nil {
 		s.idle.Stop()
-		s.idle = nil
+		s.idleArmed = false
 	}
 	for i, o := range l.sessions {
 		if o == s {
