@@ -79,7 +79,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 		r.Missed = err == nil
 		if !l.abort(ctx, c, r, kind) {
-			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
+			return nil, ctxErr(ctx, l.errorf("%w", err))
 		}
 		r.Missed = false
 		switch l.nextStep(err, kind, wait, created) {
@@ -107,7 +107,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			// A deadlock victim: try again.
 		case stepFail:
 			c.Release(false)
-			return nil, l.errorf("acquire %q: %w", req.Name, err)
+			return nil, l.errorf("%w", err)
 		}
 	}
 }

@@ -329,7 +329,11 @@ func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait boo
 	r.NoWait = true
 	if wait {
 		if s := l.claimIdle(r.Name, r.TTL); s != nil {
-			return l.waitOn(ctx, sh, s, req)
+			p, err := l.waitOn(ctx, sh, s, req, true)
+			if !errors.Is(err, errKeptBroken) {
+				return p, err
+			}
+			// The server ended the kept session: go on as without one.
 		}
 	}
 	for retried := false; ; retried = true {
@@ -368,9 +372,13 @@ func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait boo
 			s = &session{conn: c, shared: true, ttl: r.TTL, gone: true, busy: 1,
 				names: map[string]struct{}{r.Name: {}}, leases: map[*pinnedLease]struct{}{}}
 		}
-		return l.waitOn(ctx, sh, s, req)
+		return l.waitOn(ctx, sh, s, req, false)
 	}
 }
+
+// errKeptBroken: waitOn found its kept session ended before it could
+// wait on it.
+var errKeptBroken = errors.New("the kept session had ended")
 
 // failTry cleans up after a statement that failed on the shared session
 // s: a broken session is ended (with every lease on it); otherwise the
@@ -388,7 +396,7 @@ func (l *Locker) failTry(ctx context.Context, sh Sharer, s *session, r Req, err 
 		cancel()
 	}
 	l.leave(s, r.Name, true)
-	return ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+	return ctxErr(ctx, l.errorf("%w", err))
 }
 
 // claimIdle reserves name on a shared session of ttl that has no leases
@@ -436,11 +444,13 @@ func (l *Locker) relist(s *session) bool {
 // timeout) and cut short by its cancellation (the driver interrupts the
 // statement: the session, which holds no lease, is then ended). A grant
 // lists s among the shared sessions without a round trip; otherwise s is
-// kept or given back as any session left without leases.
-func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req) (*pinnedLease, error) {
+// kept or given back as any session left without leases. kept: s was
+// kept without leases, unused by this attempt so far; when the server has
+// ended it, waitOn returns errKeptBroken.
+func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req, kept bool) (*pinnedLease, error) {
 	r := req
 	r.NoWait = false
-	for {
+	for first := true; ; first = false {
 		r.Wait = 0
 		if dl, ok := ctx.Deadline(); ok {
 			r.Wait = max(time.Until(dl), time.Millisecond)
@@ -481,7 +491,10 @@ func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req) (*p
 			// A deadlock victim: try again.
 		case kind == KindBroken:
 			l.breakSession(ctx, s) // it holds no lease
-			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+			if kept && first && ctx.Err() == nil {
+				return nil, errKeptBroken
+			}
+			return nil, ctxErr(ctx, l.errorf("%w", err))
 		default:
 			l.mu.Lock()
 			l.relist(s) // for failTry, which frees the lock or ends s

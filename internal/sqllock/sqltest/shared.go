@@ -23,6 +23,8 @@ import (
 //     advisory locks, GET_LOCK is reentrant).
 //   - KilledSession: a killed session signals loss to every lease held
 //     on it, and to none elsewhere.
+//   - KilledKeptSession: an Acquire and a TryAcquire that find the
+//     session kept without leases ended by the server go on on another.
 //   - PoolFull: when blocking Acquires waiting in the server's queue
 //     hold every connection of the pool, an Acquire whose context ends
 //     while it waits for a connection says so (the context's error
@@ -112,6 +114,39 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 		}
 		if err := <-got; err != nil {
 			t.Fatalf("the waiter after the release: %v", err)
+		}
+	})
+	t.Run("KilledKeptSession", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for _, try := range []bool{false, true} {
+			name := fmt.Sprintf("%skept/%v", prefix, try)
+			ls, err := l.Acquire(ctx, name, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid, err := HolderSession(ctx, admin, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := Kill(ctx, admin, sid); err != nil { // the session kept for the next lease
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if try {
+				ls, err = l.TryAcquire(ctx, name, opts)
+			} else {
+				ls, err = l.Acquire(ctx, name, opts)
+			}
+			if err != nil {
+				t.Fatalf("try %v: after the server ended the kept session: %v", try, err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 	t.Run("PoolFull", func(t *testing.T) {
