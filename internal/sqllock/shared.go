@@ -458,6 +458,14 @@ func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req, kep
 		start := time.Now()
 		var token int64
 		found, err := l.try(ctx, sh, s, r, &token)
+		if ctx.Err() != nil {
+			// ctx ended during the statement: a driver may be closing the
+			// connection right now (go-sql-driver does when ctx ends as
+			// a query finishes), so s is never shared again. Ending it
+			// frees a lock it may have been granted.
+			l.breakSession(ctx, s) // it holds no lease
+			return nil, ctx.Err()
+		}
 		if err == nil && found {
 			l.mu.Lock()
 			l.relist(s)
@@ -471,7 +479,7 @@ func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req, kep
 		kind := KindOther
 		if err != nil {
 			kind = l.d.Classify(err)
-			if ctx.Err() != nil || isCtx(err) {
+			if isCtx(err) {
 				kind = KindBroken
 			}
 		}
@@ -479,7 +487,7 @@ func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req, kep
 		case err == nil || kind == KindBusy:
 			// The server's wait ended: at ctx's deadline, or early (its
 			// timeout is rounded): wait again.
-			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 50*time.Millisecond {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
 				l.mu.Lock()
 				l.relist(s)
 				l.mu.Unlock()
