@@ -79,6 +79,9 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 		r.Missed = err == nil
 		if !l.abort(ctx, c, r, kind) {
+			if err == nil {
+				err = errUndo
+			}
 			return nil, ctxErr(ctx, l.errorf("%w", err))
 		}
 		r.Missed = false
@@ -111,6 +114,10 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 	}
 }
+
+// errUndo: an attempt that was not granted could not be undone on its
+// connection (which has been dropped).
+var errUndo = errors.New("the connection failed while the attempt was undone")
 
 // step is what acquirePinned does after a Lock that did not grant.
 type step int
