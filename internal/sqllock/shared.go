@@ -59,7 +59,7 @@ type session struct {
 	idle      *time.Timer
 	idleArmed bool      // idle is pending
 	idleSince time.Time // when it was last left without leases
-	gone   bool // left l.sessions
+	gone      bool      // left l.sessions
 }
 
 // errBroken is a statement refused on a session that has broken.

@@ -121,14 +121,7 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 		defer cancel()
 		for _, try := range []bool{false, true} {
 			name := fmt.Sprintf("%skept/%v", prefix, try)
-			ls, err := l.Acquire(ctx, name, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sid, err := HolderSession(ctx, admin, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ls, sid := heldOn(t, ctx, l.Acquire, admin, name, opts)
 			if err := ls.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -136,6 +129,7 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 				t.Fatal(err)
 			}
 			time.Sleep(100 * time.Millisecond)
+			var err error
 			if try {
 				ls, err = l.TryAcquire(ctx, name, opts)
 			} else {
@@ -217,15 +211,7 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 			if i%3 == 2 {
 				on = other
 			}
-			name := fmt.Sprintf("%skill/%d", prefix, i)
-			ls, err := on.TryAcquire(ctx, name, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sid, err := HolderSession(ctx, admin, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ls, sid := heldOn(t, ctx, on.TryAcquire, admin, fmt.Sprintf("%skill/%d", prefix, i), opts)
 			leases = append(leases, lease{ls, sid})
 		}
 		victim := leases[0].session
@@ -265,4 +251,19 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 			}
 		}
 	})
+}
+
+// heldOn takes name with take and returns the lease and the server
+// session that holds it (as admin's Inspect sees it).
+func heldOn(t *testing.T, ctx context.Context, take func(context.Context, string, *dlock.AcquireOptions) (*dlock.Lease, error), admin *dlock.Locker, name string, opts *dlock.AcquireOptions) (*dlock.Lease, int64) {
+	t.Helper()
+	ls, err := take(ctx, name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, err := HolderSession(ctx, admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls, sid
 }
