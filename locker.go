@@ -544,7 +544,7 @@ func (l *Locker) forget(h *hold) {
 // wrap adds the operation and name to a driver error, once. Context
 // errors are returned unwrapped when ctx has ended.
 func wrap(op, name string, ctx context.Context, err error) error {
-	if ctx != nil && ctx.Err() != nil && isContextErr(err) {
+	if ctx != nil && ctx.Err() != nil && isContextErr(err) && !errors.Is(err, driver.ErrPoolExhausted) {
 		return ctx.Err()
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)

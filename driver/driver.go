@@ -42,6 +42,12 @@ var (
 	ErrClosed = errors.New("locker closed")
 	// ErrUnsupported: the backend cannot do what was asked.
 	ErrUnsupported = errors.New("unsupported by this backend")
+	// ErrPoolExhausted: the attempt's context ended while it waited for a
+	// connection of the driver's pool, every one of them in use. The
+	// error wraps the context's error too; the portable layer returns it
+	// (where it returns a context's error unwrapped otherwise), so that
+	// the caller learns why the wait ended.
+	ErrPoolExhausted = errors.New("every connection of the pool is in use")
 )
 
 // Request describes one attempt to acquire a lock. The portable layer has

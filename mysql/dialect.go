@@ -341,13 +341,14 @@ func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.
 	if setup {
 		out = append(out, sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(@dlock_g = 1, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)))
 	}
-	return append(out,
-		sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID() WHERE name = ? AND @dlock_g = 1",
-			r.Owner, r.Name),
-		sqllock.S("INSERT IGNORE INTO "+t.Q+" (name, fence, owner, acquired_at, session) SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_g = 1 AND ROW_COUNT() = 0",
-			r.Name, r.Owner),
-		sqllock.S("SELECT LAST_INSERT_ID() FROM DUAL WHERE @dlock_g = 1"),
-	)
+	// The row's write answers in its OK packet (tokenTag): the token, the
+	// statement's last LAST_INSERT_ID(expr) (the update's, when the row
+	// exists; a new row's, else); 0 when GET_LOCK refused and nothing was
+	// written.
+	return append(out, sqllock.S(tokenTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session)"+
+		" SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_g = 1"+
+		" ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID()",
+		r.Name, r.Owner, r.Owner))
 }
 
 // SharedUnlock frees r's GET_LOCK alone.

@@ -147,7 +147,11 @@
 // session), two leases of one name on one Locker never stack on one
 // session (GET_LOCK is reentrant per session), and a session that breaks
 // ends exactly the leases on it (Done for each). A blocking Acquire waits
-// on a connection of its own, which is shared once granted. wait_timeout,
+// on a connection of its own (the one the Locker keeps without leases,
+// with no try first; else the one its try left unused; else a new one),
+// which is shared once granted, without a round trip. An attempt whose
+// context ends while it waits for a connection of a full pool fails with
+// driver.ErrPoolExhausted, wrapping the context's error. wait_timeout,
 // which frees a silent holder's locks within its TTL, is set at a
 // session's first grant and put back when the connection returns to the
 // pool; leases of different TTLs do not share a session. So a Locker

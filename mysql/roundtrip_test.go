@@ -21,16 +21,10 @@ import (
 	"github.com/dlock-go/dlock/mysql"
 )
 
-var countedNet = struct {
-	once sync.Once
-	f    *sqltest.Flights
-}{f: &sqltest.Flights{}}
-
-// TestRoundTrips: an uncontended TryAcquire and Release of a pinned
-// strategy cost one round trip each (one multi-statement each way),
-// after the first use of a connection (which learns its session); so do
-// a semaphore's permit's on every strategy.
-func TestRoundTrips(t *testing.T) {
+// countedDB opens a pool of 2 connections to srv whose round trips
+// countedNet.f counts (any round trip on a second connection is counted
+// too).
+func countedDB(t *testing.T, srv *testenv.Server) *sql.DB {
 	countedNet.once.Do(func() {
 		gomysql.RegisterDialContext("dlockcounted", func(ctx context.Context, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
@@ -40,7 +34,6 @@ func TestRoundTrips(t *testing.T) {
 			return countedNet.f.Wrap(c), nil
 		})
 	})
-	srv := testenv.MySQL(t)
 	cfg, err := gomysql.ParseDSN(srv.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -51,9 +44,38 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	db.SetMaxOpenConns(2) // any round trip on a second connection is counted too
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
+	return db
+}
+
+// TestWaitRoundTrips: a blocking Acquire of a held GET_LOCK waits on the
+// Locker's kept session, and its grant shares it
+// (sqltest.WaitRoundTrips).
+func TestWaitRoundTrips(t *testing.T) {
+	srv := testenv.MySQL(t)
+	l, err := mysql.OpenLocker(countedDB(t, srv), &mysql.Options{Strategy: "getlock", MultiStatements: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	other := sqltest.Open(t, t.Context(), sqltest.WithParams(srv.URL, "strategy", "getlock"))
+	sqltest.WaitRoundTrips(t, l, other, countedNet.f)
+}
+
+var countedNet = struct {
+	once sync.Once
+	f    *sqltest.Flights
+}{f: &sqltest.Flights{}}
+
+// TestRoundTrips: an uncontended TryAcquire and Release of a pinned
+// strategy cost one round trip each (one multi-statement each way),
+// after the first use of a connection (which learns its session); so do
+// a semaphore's permit's on every strategy.
+func TestRoundTrips(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := countedDB(t, srv)
 	stats := openDB(t, srv.DSN)
 	// DLOCK_TEST_COST=1 also reports the server's statements and redo log
 	// syncs per cycle.

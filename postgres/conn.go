@@ -75,6 +75,9 @@ func (p *pool) Close() {
 
 func (p *pool) MaxConns() int { return int(p.p.Config().MaxConns) }
 
+// InUse is how many connections are taken out of the pool.
+func (p *pool) InUse() int { return int(p.p.Stat().AcquiredConns()) }
+
 // Listen opens a dedicated connection (taken out of the pool for good)
 // that LISTENs on channel.
 func (p *pool) Listen(ctx context.Context, channel string) (sqllock.Listening, error) {

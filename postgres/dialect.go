@@ -233,16 +233,32 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	// grant are saved in dlock.idle and dlock.app for Unlock to put back.
 	// OFFSET 0 keeps each subquery from being merged into the next.
 	key := advisoryKey(t, r.Name)
-	grant := "SELECT " + nextval(t) + " AS f WHERE pg_try_advisory_lock($1) OFFSET 0"
+	grant := advisoryGrant(t, r, "$4")
 	args := []any{key, r.Owner, ttl}
 	if !r.NoWait {
-		grant = "SELECT " + nextval(t) + " AS f FROM (SELECT pg_advisory_lock(CASE WHEN set_config('lock_timeout', $4, true) IS NOT NULL THEN $1::bigint END) AS k OFFSET 0) a OFFSET 0"
 		args = append(args, lockTimeout(r))
 	}
 	return []sqllock.Stmt{sqllock.S("SELECT f FROM ("+grant+") g WHERE "+
 		"set_config('idle_session_timeout', CASE WHEN "+save("dlock.idle", "idle_session_timeout")+" THEN $3::text END, false) IS NOT NULL AND "+
 		"set_config('application_name', CASE WHEN "+save("dlock.app", "application_name")+" THEN '"+appPrefix+" ' || f || ' ' || $2::text END, false) IS NOT NULL",
 		args...)}
+}
+
+// advisoryGrant is the query of an advisory grant: one row, the token,
+// when the lock of key $1 is taken (OFFSET 0 keeps the WHERE from being
+// merged into an outer query). A wait (not r.NoWait) tries first and only
+// when that fails waits, under the statement's own lock_timeout
+// (parameter timeout): a free lock costs what a try costs (setting
+// lock_timeout, even local to the statement, costs the server more than
+// the lock). The server hands a released lock to its first waiter at
+// once, so a try never overtakes a waiter: the wait queues behind every
+// earlier one, as a wait alone would.
+func advisoryGrant(t sqllock.Table, r sqllock.Req, timeout string) string {
+	cond := "pg_try_advisory_lock($1)"
+	if !r.NoWait {
+		cond = "CASE WHEN pg_try_advisory_lock($1) THEN true ELSE pg_advisory_lock(CASE WHEN set_config('lock_timeout', " + timeout + ", true) IS NOT NULL THEN $1::bigint END) IS NOT NULL END"
+	}
+	return "SELECT " + nextval(t) + " AS f WHERE " + cond + " OFFSET 0"
 }
 
 var _ sqllock.Sharer = dialect{}
@@ -258,10 +274,9 @@ func (dialect) Dedicated(r sqllock.Req) bool { return r.Owner != "" }
 // its idle timeout only with setup (saving the session's value in
 // dlock.idle for Reset): every lease of a shared session has its TTL.
 func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.Stmt {
-	grant := "SELECT " + nextval(t) + " AS f WHERE pg_try_advisory_lock($1) OFFSET 0"
+	grant := advisoryGrant(t, r, "$2")
 	args := []any{advisoryKey(t, r.Name)}
 	if !r.NoWait {
-		grant = "SELECT " + nextval(t) + " AS f FROM (SELECT pg_advisory_lock(CASE WHEN set_config('lock_timeout', $2, true) IS NOT NULL THEN $1::bigint END) AS k OFFSET 0) a OFFSET 0"
 		args = append(args, lockTimeout(r))
 	}
 	if !setup {

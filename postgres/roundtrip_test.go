@@ -112,3 +112,12 @@ func TestSemaphoreRoundTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitRoundTrips: a blocking Acquire of a held advisory lock waits on
+// the Locker's kept session, and its grant shares it
+// (sqltest.WaitRoundTrips).
+func TestWaitRoundTrips(t *testing.T) {
+	l, f := countedLocker(t, "advisory")
+	other := sqltest.Open(t, t.Context(), sqltest.WithParams(testenv.Postgres(t).URL, "strategy", "advisory"))
+	sqltest.WaitRoundTrips(t, l, other, f)
+}

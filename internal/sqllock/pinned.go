@@ -25,25 +25,20 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		return nil, ctxErr(ctx, err)
 	}
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: !wait}
-	sh, shared := l.sharer(r)
-	if shared {
-		p, granted, err := l.acquireShared(ctx, sh, r, wait)
+	if sh, ok := l.sharer(r); ok {
+		p, err := l.acquireShared(ctx, sh, r, wait)
 		if err != nil {
 			return nil, err
 		}
-		if granted {
-			if ctx.Err() != nil {
-				// Granted, but ctx ended meanwhile: give it back.
-				cctx, cancel := cleanupCtx(ctx)
-				_ = p.Release(cctx)
-				cancel()
-				return nil, ctx.Err()
-			}
-			p.arm()
-			return p, nil
+		if ctx.Err() != nil {
+			// Granted, but ctx ended meanwhile: give it back.
+			cctx, cancel := cleanupCtx(ctx)
+			_ = p.Release(cctx)
+			cancel()
+			return nil, ctx.Err()
 		}
-		// Held by another: wait in the server's queue on a connection of
-		// its own, shared once granted.
+		p.arm()
+		return p, nil
 	}
 	c, err := l.pool.Pin(ctx)
 	if err != nil {
@@ -58,11 +53,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 		start := time.Now()
 		var token int64
-		lock := l.d.Lock(l.strategy, l.t, r)
-		if shared {
-			lock = sh.SharedLock(l.t, r, true)
-		}
-		found, err := c.Run(ctx, lock, &token)
+		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
 		if err == nil && found && token == 0 && l.strategy == ForUpdate {
 			// The server lost its marker (a crash, a failover): no token
 			// was taken. Move the counter on, then try again.
@@ -77,7 +68,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			continue
 		}
 		if err == nil && found {
-			return l.grantAs(ctx, c, r, token, start, shared)
+			return l.grant(ctx, c, r, token, start)
 		}
 		kind := KindOther
 		if err != nil {
@@ -88,7 +79,10 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		}
 		r.Missed = err == nil
 		if !l.abort(ctx, c, r, kind) {
-			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
+			if err == nil {
+				err = errUndo
+			}
+			return nil, ctxErr(ctx, l.errorf("%w", err))
 		}
 		r.Missed = false
 		switch l.nextStep(err, kind, wait, created) {
@@ -116,10 +110,14 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			// A deadlock victim: try again.
 		case stepFail:
 			c.Release(false)
-			return nil, l.errorf("acquire %q: %w", req.Name, err)
+			return nil, l.errorf("%w", err)
 		}
 	}
 }
+
+// errUndo: an attempt that was not granted could not be undone on its
+// connection (which has been dropped).
+var errUndo = errors.New("the connection failed while the attempt was undone")
 
 // step is what acquirePinned does after a Lock that did not grant.
 type step int
@@ -199,16 +197,9 @@ func (l *Locker) notAcquired() error {
 }
 
 // grant turns the grant of token on c into a lease: it gives the grant
-// back when ctx ended meanwhile, and after
-// a long wait restarts the server's idle timer so that the lease's
-// deadline counts from a known moment.
+// back when ctx ended meanwhile, and after a long wait restarts the
+// server's idle timer (settle).
 func (l *Locker) grant(ctx context.Context, c Conn, r Req, token int64, start time.Time) (driver.Lease, error) {
-	return l.grantAs(ctx, c, r, token, start, false)
-}
-
-// grantAs is grant; with shared, c's session is shared once granted
-// (Sharer: it was set up by the grant and holds nothing else).
-func (l *Locker) grantAs(ctx context.Context, c Conn, r Req, token int64, start time.Time, shared bool) (driver.Lease, error) {
 	if ctx.Err() != nil {
 		// Granted, but ctx ended meanwhile: a driver may be closing the
 		// connection right now (go-sql-driver does when ctx ends as a
@@ -218,28 +209,42 @@ func (l *Locker) grantAs(ctx context.Context, c Conn, r Req, token int64, start 
 		return nil, ctx.Err()
 	}
 	p := l.newPinned(c, r, token, start)
-	if took := time.Since(start); took > r.TTL/4 {
-		// A long wait: the server's idle timer started at the grant,
-		// somewhere in the call. Restart it now, so that the lease's
-		// deadline can count from a known moment.
-		if lost, err := p.ping(ctx, r.TTL); lost != nil || err != nil {
-			if lost != nil && ctx.Err() == nil {
-				// Not a refresh the caller asked for: say what happened
-				// to the grant.
-				return nil, l.errorf("acquire %q: granted, but the lease of TTL %v ended on the server before it could be returned (the grant took %v): %w: %w",
-					r.Name, r.TTL, took.Round(time.Microsecond), driver.ErrLockLost, lost)
-			}
-			return nil, ctxErr(ctx, err)
-		}
-		p.mu.Lock()
-		p.granted = p.lastPing
-		p.mu.Unlock()
-	}
-	if shared {
-		l.share(p)
+	if err := l.settle(ctx, p, start); err != nil {
+		return nil, err
 	}
 	p.arm()
 	return p, nil
+}
+
+// settle ends the grant of p, requested at start: after a long wait the
+// server's idle timer started at the grant, somewhere in the call, so it
+// is restarted now (a ping), for the lease's deadline to count from a
+// known moment. On an error p has ended.
+func (l *Locker) settle(ctx context.Context, p *pinnedLease, start time.Time) error {
+	took := time.Since(start)
+	if took <= p.r.TTL/4 {
+		return nil
+	}
+	lost, err := p.ping(ctx, p.r.TTL)
+	if lost == nil && err == nil {
+		p.mu.Lock()
+		p.granted = p.lastPing
+		p.mu.Unlock()
+		return nil
+	}
+	if lost != nil && ctx.Err() == nil {
+		// Not a refresh the caller asked for: say what happened to the
+		// grant.
+		return l.errorf("acquire %q: granted, but the lease of TTL %v ended on the server before it could be returned (the grant took %v): %w: %w",
+			p.r.Name, p.r.TTL, took.Round(time.Microsecond), driver.ErrLockLost, lost)
+	}
+	if lost == nil {
+		// Not pinged (ctx ended first): give the grant back.
+		cctx, cancel := cleanupCtx(ctx)
+		_ = p.Release(cctx)
+		cancel()
+	}
+	return ctxErr(ctx, err)
 }
 
 // abort cleans up after a Lock that did not grant: on a usable

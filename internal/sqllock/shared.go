@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Sharer is implemented by a dialect whose native locks can share a
@@ -51,8 +53,13 @@ type session struct {
 	leases map[*pinnedLease]struct{}
 	busy   int  // attempts in progress on it
 	set    bool // its setup is done (Sharer.SharedLock's setup)
-	idle   *time.Timer
-	gone   bool // left l.sessions
+	// A session left without leases is kept (leave) until it has been
+	// idle for idleKeep: idle fires at most once per idleKeep while the
+	// session is used (retire), rather than a timer per lease.
+	idle      *time.Timer
+	idleArmed bool      // idle is pending
+	idleSince time.Time // when it was last left without leases
+	gone      bool      // left l.sessions
 }
 
 // errBroken is a statement refused on a session that has broken.
@@ -174,10 +181,6 @@ func (l *Locker) try(ctx context.Context, sh Sharer, s *session, r Req, token *i
 func (l *Locker) reserve(s *session, name string) {
 	s.names[name] = struct{}{}
 	s.busy++
-	if s.idle != nil {
-		s.idle.Stop()
-		s.idle = nil
-	}
 }
 
 // leave ends an attempt, or a lease, of name on s: a shared session left
@@ -193,8 +196,16 @@ func (l *Locker) leave(s *session, name string, attempt bool) {
 		l.mu.Unlock()
 		return
 	}
-	if s.shared && l.keepIdle() && !l.closing && !l.idleOf(s.ttl) {
-		s.idle = time.AfterFunc(idleKeep(s.ttl), func() { l.retire(s) })
+	if s.shared && l.keepIdle() && !l.closing && !l.keeps(s) {
+		s.idleSince = time.Now()
+		if !s.idleArmed {
+			s.idleArmed = true
+			if s.idle == nil {
+				s.idle = time.AfterFunc(idleKeep(s.ttl), func() { l.retire(s) })
+			} else {
+				s.idle.Reset(idleKeep(s.ttl))
+			}
+		}
 		l.mu.Unlock()
 		return
 	}
@@ -207,22 +218,30 @@ func (l *Locker) leave(s *session, name string, attempt bool) {
 	l.goCleanup(func() { l.giveBack(s) })
 }
 
-// idleOf reports whether a session of ttl is kept without leases (l.mu
-// held).
-func (l *Locker) idleOf(ttl time.Duration) bool {
+// keeps reports whether a session of s's TTL other than s is kept
+// without leases (l.mu held).
+func (l *Locker) keeps(s *session) bool {
 	for _, o := range l.sessions {
-		if o.ttl == ttl && o.idle != nil {
+		if o != s && o.ttl == s.ttl && len(o.names) == 0 && o.busy == 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// retire gives back a session left without leases (unless it has gone,
-// or has been taken again meanwhile).
+// retire gives back a session kept without leases for idleKeep; one in
+// use again is left alone (leave arms idle again), one used meanwhile
+// is looked at again when idleKeep has passed since.
 func (l *Locker) retire(s *session) {
 	l.mu.Lock()
+	s.idleArmed = false
 	if s.gone || len(s.names) > 0 || s.busy > 0 {
+		l.mu.Unlock()
+		return
+	}
+	if rest := idleKeep(s.ttl) - time.Since(s.idleSince); rest > 0 {
+		s.idleArmed = true
+		s.idle.Reset(rest)
 		l.mu.Unlock()
 		return
 	}
@@ -236,7 +255,7 @@ func (l *Locker) unlist(s *session) {
 	s.gone = true
 	if s.idle != nil {
 		s.idle.Stop()
-		s.idle = nil
+		s.idleArmed = false
 	}
 	for i, o := range l.sessions {
 		if o == s {
@@ -298,16 +317,29 @@ func (l *Locker) breakSession(ctx context.Context, s *session) {
 	})
 }
 
-// acquireShared is a Native Acquire or TryAcquire that shares sessions:
-// one try on a shared session, then (Acquire) a wait in the server's
-// queue on a connection of its own, which is shared once granted.
-func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait bool) (*pinnedLease, bool, error) {
+// acquireShared is a Native Acquire or TryAcquire that shares sessions.
+// A TryAcquire tries once on a shared session. An Acquire waits in the
+// server's queue on a session of its own (a statement that waits holds
+// its session), shared once granted: one kept without leases when the
+// Locker has one (no try first: the waiting statement takes a free lock
+// at once), else, after one try on a shared session found the lock held,
+// that session when the try left it without other users, else a new one.
+func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait bool) (*pinnedLease, error) {
 	r := req
 	r.NoWait = true
+	if wait {
+		if s := l.claimIdle(r.Name, r.TTL); s != nil {
+			p, err := l.waitOn(ctx, sh, s, req, true)
+			if !errors.Is(err, errKeptBroken) {
+				return p, err
+			}
+			// The server ended the kept session: go on as without one.
+		}
+	}
 	for retried := false; ; retried = true {
 		s, err := l.pickSession(ctx, r.Name, r.TTL)
 		if err != nil {
-			return nil, false, l.poolErr(ctx, err)
+			return nil, l.poolErr(ctx, err)
 		}
 		sctx, cancel := sharedCtx(ctx, false)
 		start := time.Now()
@@ -315,36 +347,168 @@ func (l *Locker) acquireShared(ctx context.Context, sh Sharer, req Req, wait boo
 		found, err := l.try(sctx, sh, s, r, &token)
 		cancel()
 		if err == nil && found {
-			return l.joinShared(s, r, token, start), true, nil
+			return l.joinShared(s, r, token, start), nil
 		}
 		if err != nil {
 			l.mu.Lock()
 			idle := len(s.leases) == 0
 			l.mu.Unlock()
-			if l.d.Classify(err) == KindBroken || errors.Is(err, errBroken) {
-				l.breakSession(ctx, s)
-				l.leave(s, r.Name, true)
-				if idle && !retried && ctx.Err() == nil {
-					continue // a kept session the server ended: try a fresh one
-				}
-				return nil, false, ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+			ferr := l.failTry(ctx, sh, s, r, err)
+			if idle && !retried && ctx.Err() == nil && (l.d.Classify(err) == KindBroken || errors.Is(err, errBroken)) {
+				continue // a kept session the server ended: try a fresh one
 			}
-			// The try may have been granted before the error: free it
-			// (alone), or break the session when that fails.
-			uctx, cancel := sharedCtx(ctx, false)
-			var ignored any
-			if _, uerr := s.exec(uctx, sh.SharedUnlock(l.t, r), &ignored); uerr != nil {
-				l.breakSession(ctx, s)
-			}
-			cancel()
-			l.leave(s, r.Name, true)
-			return nil, false, ctxErr(ctx, l.errorf("acquire %q: %w", r.Name, err))
+			return nil, ferr
 		}
-		l.leave(s, r.Name, true)
 		if !wait {
-			return nil, false, ctxErr(ctx, l.notAcquired())
+			l.leave(s, r.Name, true)
+			return nil, ctxErr(ctx, l.notAcquired())
 		}
-		return nil, false, nil
+		if !l.claim(s) {
+			l.leave(s, r.Name, true)
+			c, err := l.pool.Pin(ctx)
+			if err != nil {
+				return nil, l.poolErr(ctx, err)
+			}
+			s = &session{conn: c, shared: true, ttl: r.TTL, gone: true, busy: 1,
+				names: map[string]struct{}{r.Name: {}}, leases: map[*pinnedLease]struct{}{}}
+		}
+		return l.waitOn(ctx, sh, s, req, false)
+	}
+}
+
+// errKeptBroken: waitOn found its kept session ended before it could
+// wait on it.
+var errKeptBroken = errors.New("the kept session had ended")
+
+// failTry cleans up after a statement that failed on the shared session
+// s: a broken session is ended (with every lease on it); otherwise the
+// lock may have been granted before the error, and is freed (alone), or
+// the session broken when that fails. It ends the attempt on s.
+func (l *Locker) failTry(ctx context.Context, sh Sharer, s *session, r Req, err error) error {
+	if l.d.Classify(err) == KindBroken || errors.Is(err, errBroken) || isCtx(err) {
+		l.breakSession(ctx, s)
+	} else {
+		uctx, cancel := sharedCtx(ctx, false)
+		var ignored any
+		if _, uerr := s.exec(uctx, sh.SharedUnlock(l.t, r), &ignored); uerr != nil {
+			l.breakSession(ctx, s)
+		}
+		cancel()
+	}
+	l.leave(s, r.Name, true)
+	return ctxErr(ctx, l.errorf("%w", err))
+}
+
+// claimIdle reserves name on a shared session of ttl that has no leases
+// and no attempts, for a wait of its own (claim), or returns nil.
+func (l *Locker) claimIdle(name string, ttl time.Duration) *session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.sessions {
+		if s.ttl == ttl && len(s.names) == 0 && s.busy == 0 {
+			l.reserve(s, name)
+			l.unlist(s)
+			return s
+		}
+	}
+	return nil
+}
+
+// claim takes s, on which this attempt alone has reserved its name, out
+// of the shared sessions for a wait of its own; false when s has other
+// leases or attempts.
+func (l *Locker) claim(s *session) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.gone || s.busy != 1 || len(s.names) != 1 || len(s.leases) > 0 {
+		return false
+	}
+	l.unlist(s)
+	return true
+}
+
+// relist puts a session claimed for a wait back among the shared ones
+// (l.mu held); false when it broke meanwhile.
+func (l *Locker) relist(s *session) bool {
+	if s.broken.Load() || !s.gone {
+		return !s.broken.Load()
+	}
+	s.gone = false
+	l.sessions = append(l.sessions, s)
+	return true
+}
+
+// waitOn waits in the server's queue for req on s, a session of this
+// attempt alone (claimed, or new and unlisted), whose name it has
+// reserved; the wait is bounded by ctx's deadline (the dialect's lock
+// timeout) and cut short by its cancellation (the driver interrupts the
+// statement: the session, which holds no lease, is then ended). A grant
+// lists s among the shared sessions without a round trip; otherwise s is
+// kept or given back as any session left without leases. kept: s was
+// kept without leases, unused by this attempt so far; when the server has
+// ended it, waitOn returns errKeptBroken.
+func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req, kept bool) (*pinnedLease, error) {
+	r := req
+	r.NoWait = false
+	for first := true; ; first = false {
+		r.Wait = 0
+		if dl, ok := ctx.Deadline(); ok {
+			r.Wait = max(time.Until(dl), time.Millisecond)
+		}
+		start := time.Now()
+		var token int64
+		found, err := l.try(ctx, sh, s, r, &token)
+		if ctx.Err() != nil {
+			// ctx ended during the statement: a driver may be closing the
+			// connection right now (go-sql-driver does when ctx ends as
+			// a query finishes), so s is never shared again. Ending it
+			// frees a lock it may have been granted.
+			l.breakSession(ctx, s) // it holds no lease
+			return nil, ctx.Err()
+		}
+		if err == nil && found {
+			l.mu.Lock()
+			l.relist(s)
+			l.mu.Unlock()
+			p := l.joinShared(s, r, token, start)
+			if err := l.settle(ctx, p, start); err != nil {
+				return nil, err
+			}
+			return p, nil
+		}
+		kind := KindOther
+		if err != nil {
+			kind = l.d.Classify(err)
+			if isCtx(err) {
+				kind = KindBroken
+			}
+		}
+		switch {
+		case err == nil || kind == KindBusy:
+			// The server's wait ended: at ctx's deadline, or early (its
+			// timeout is rounded): wait again.
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
+				l.mu.Lock()
+				l.relist(s)
+				l.mu.Unlock()
+				l.leave(s, r.Name, true)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+		case kind == KindDeadlock:
+			// A deadlock victim: try again.
+		case kind == KindBroken:
+			l.breakSession(ctx, s) // it holds no lease
+			if kept && first && ctx.Err() == nil {
+				return nil, errKeptBroken
+			}
+			return nil, ctxErr(ctx, l.errorf("%w", err))
+		default:
+			l.mu.Lock()
+			l.relist(s) // for failTry, which frees the lock or ends s
+			l.mu.Unlock()
+			return nil, l.failTry(ctx, sh, s, r, err)
+		}
 	}
 }
 
@@ -360,29 +524,25 @@ func (l *Locker) joinShared(s *session, r Req, token int64, start time.Time) *pi
 	return p
 }
 
-// share lists the session of a lease granted after a wait on a
-// connection of its own, for other leases of its TTL to share.
-func (l *Locker) share(p *pinnedLease) {
-	s := p.s
-	l.mu.Lock()
-	s.shared, s.ttl, s.set = true, p.r.TTL, true
-	s.names = map[string]struct{}{p.r.Name: {}}
-	s.leases = map[*pinnedLease]struct{}{p: {}}
-	l.sessions = append(l.sessions, s)
-	l.mu.Unlock()
-}
+// poolStats is a Pool that says how many of its connections are in use.
+type poolStats interface{ InUse() int }
 
-// poolErr is the error of a connection the pool did not give: when the
-// wait for one ended the attempt, it says that the pool's connections are
-// all taken (a blocking Acquire needs one of its own while it waits).
+// poolErr is the error of a connection the pool did not give. When the
+// wait for one ended the attempt and every connection of the pool is in
+// use (a blocking Acquire needs one of its own while it waits; a
+// dedicated lease holds one), it says so, wrapping
+// driver.ErrPoolExhausted and the context's error, and the portable
+// layer passes it on; a context that ended otherwise gives its error.
 func (l *Locker) poolErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil || isCtx(err) {
-		l.mu.Lock()
-		n := len(l.pinned)
-		l.mu.Unlock()
-		return l.errorf("waiting for a connection of the pool (%d leases of this Locker hold some): %w", n, ctxOr(ctx, err))
+	if ctx.Err() == nil && !isCtx(err) {
+		return l.errorf("taking a connection: %w", err)
 	}
-	return l.errorf("taking a connection: %w", err)
+	size := l.pool.MaxConns()
+	ps, ok := l.pool.(poolStats)
+	if !ok || size <= 0 || ps.InUse() < size {
+		return ctxOr(ctx, err)
+	}
+	return l.errorf("%w (a pool of %d): %w", driver.ErrPoolExhausted, size, ctxOr(ctx, err))
 }
 
 // ctxOr returns ctx's error when it has ended, else err.

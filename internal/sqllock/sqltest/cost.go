@@ -2,6 +2,7 @@ package sqltest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -118,4 +119,53 @@ func TokenAfterCrash(t *testing.T, srv *testenv.Server) {
 		}
 	}
 	l.Close()
+}
+
+// WaitRoundTrips: a blocking Acquire of a native lock held by another
+// client waits on the session its Locker keeps without leases, in one
+// round trip from the call to the grant (no try first, no second
+// connection, no setup), and the grant shares that session: the
+// Release is one round trip more, and nothing else is sent (no session
+// given back and reset). l is a native Locker whose pool's connections f
+// counts; other is another Locker on the server.
+func WaitRoundTrips(t *testing.T, l, other *dlock.Locker, f *Flights) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("wait-rt/%d", time.Now().UnixNano())
+	for range 3 {
+		Cycle(t, ctx, l, name+"/warm")() // a session kept without leases
+	}
+	for round := range 4 { // round 0 prepares the wait's statement
+		held, err := other.TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r0, _ := f.Count()
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			ls, err := l.Acquire(ctx, name, &dlock.AcquireOptions{TTL: time.Minute, NoKeepAlive: true})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- ls
+		}()
+		time.Sleep(100 * time.Millisecond) // in the server's queue
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ls := <-got
+		if ls == nil {
+			t.FailNow()
+		}
+		r1, _ := f.Count()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // a session given back would be reset by now
+		r2, _ := f.Count()
+		t.Logf("round %d: %d round trips to a grant after a wait, %d after it", round, r1-r0, r2-r1)
+		if round > 0 && (r1-r0 != 1 || r2-r1 != 1) {
+			t.Errorf("round %d: a blocking Acquire of a held lock took %d round trips to its grant and %d to its release and after, want 1 and 1", round, r1-r0, r2-r1)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // SharedSessions checks that the native strategy's leases share sessions
@@ -22,6 +23,12 @@ import (
 //     advisory locks, GET_LOCK is reentrant).
 //   - KilledSession: a killed session signals loss to every lease held
 //     on it, and to none elsewhere.
+//   - KilledKeptSession: an Acquire and a TryAcquire that find the
+//     session kept without leases ended by the server go on on another.
+//   - PoolFull: when blocking Acquires waiting in the server's queue
+//     hold every connection of the pool, an Acquire whose context ends
+//     while it waits for a connection says so (the context's error
+//     wrapped, not the bare context error), and a TryAcquire too.
 func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 	prefix := fmt.Sprintf("shared/%d/", time.Now().UnixNano())
 	opts := &dlock.AcquireOptions{TTL: 20 * time.Second}
@@ -109,6 +116,83 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 			t.Fatalf("the waiter after the release: %v", err)
 		}
 	})
+	t.Run("KilledKeptSession", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for _, try := range []bool{false, true} {
+			name := fmt.Sprintf("%skept/%v", prefix, try)
+			ls, sid := heldOn(t, ctx, l.Acquire, admin, name, opts)
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := Kill(ctx, admin, sid); err != nil { // the session kept for the next lease
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			var err error
+			if try {
+				ls, err = l.TryAcquire(ctx, name, opts)
+			} else {
+				ls, err = l.Acquire(ctx, name, opts)
+			}
+			if err != nil {
+				t.Fatalf("try %v: after the server ended the kept session: %v", try, err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("PoolFull", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		var held []*dlock.Lease
+		for i := range size {
+			ls, err := other.TryAcquire(ctx, fmt.Sprintf("%sfull/%d", prefix, i), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, ls)
+		}
+		// A waiter per connection of l's pool, each in the server's
+		// queue on a session of its own.
+		got := make(chan error, size)
+		for i := range size {
+			go func() {
+				ls, err := l.Acquire(ctx, fmt.Sprintf("%sfull/%d", prefix, i), opts)
+				if err == nil {
+					err = ls.Release(ctx)
+				}
+				got <- err
+			}()
+		}
+		defer func() {
+			for _, ls := range held {
+				ls.Release(ctx)
+			}
+			for range size {
+				if err := <-got; err != nil {
+					t.Errorf("a waiter: %v", err)
+				}
+			}
+		}()
+		time.Sleep(time.Second) // every waiter in the server's queue
+		for _, try := range []bool{false, true} {
+			wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			var err error
+			if try {
+				_, err = l.TryAcquire(wctx, prefix+"full/free", opts)
+			} else {
+				_, err = l.Acquire(wctx, prefix+"full/free", opts)
+			}
+			wcancel()
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrPoolExhausted) || err == context.DeadlineExceeded {
+				t.Errorf("try %v: an attempt beside %d waiters on a pool of %d: %v, want the context's error wrapped in ErrPoolExhausted", try, size, size, err)
+			} else {
+				t.Logf("try %v: %v", try, err)
+			}
+		}
+	})
 	t.Run("KilledSession", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
@@ -127,15 +211,7 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 			if i%3 == 2 {
 				on = other
 			}
-			name := fmt.Sprintf("%skill/%d", prefix, i)
-			ls, err := on.TryAcquire(ctx, name, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sid, err := HolderSession(ctx, admin, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ls, sid := heldOn(t, ctx, on.TryAcquire, admin, fmt.Sprintf("%skill/%d", prefix, i), opts)
 			leases = append(leases, lease{ls, sid})
 		}
 		victim := leases[0].session
@@ -175,4 +251,19 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 			}
 		}
 	})
+}
+
+// heldOn takes name with take and returns the lease and the server
+// session that holds it (as admin's Inspect sees it).
+func heldOn(t *testing.T, ctx context.Context, take func(context.Context, string, *dlock.AcquireOptions) (*dlock.Lease, error), admin *dlock.Locker, name string, opts *dlock.AcquireOptions) (*dlock.Lease, int64) {
+	t.Helper()
+	ls, err := take(ctx, name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, err := HolderSession(ctx, admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls, sid
 }
