@@ -5,7 +5,8 @@ import "github.com/dlock-go/dlock/driver"
 // Errors returned by dlock. Test for them with errors.Is: drivers and the
 // portable layer wrap them with the lock name and the backend's detail.
 // Context errors (context.Canceled, context.DeadlineExceeded) are returned
-// as they are, not wrapped.
+// as they are, not wrapped, except by ErrPoolExhausted, which says why the
+// context ran out (errors.Is finds both).
 var (
 	// ErrNotAcquired: TryAcquire found the lock held by another owner.
 	ErrNotAcquired = driver.ErrNotAcquired
@@ -26,4 +27,9 @@ var (
 	ErrClosed = driver.ErrClosed
 	// ErrUnsupported: the backend cannot do what was asked.
 	ErrUnsupported = driver.ErrUnsupported
+	// ErrPoolExhausted: an Acquire's context ended while it waited for a
+	// connection of a full pool (each held forupdate lease pins one, and a
+	// waiting advisory or getlock Acquire needs one of its own); the error
+	// wraps the context's error too.
+	ErrPoolExhausted = driver.ErrPoolExhausted
 )

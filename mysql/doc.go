@@ -151,7 +151,7 @@
 // with no try first; else the one its try left unused; else a new one),
 // which is shared once granted, without a round trip. An attempt whose
 // context ends while it waits for a connection of a full pool fails with
-// driver.ErrPoolExhausted, wrapping the context's error. wait_timeout,
+// dlock.ErrPoolExhausted, wrapping the context's error. wait_timeout,
 // which frees a silent holder's locks within its TTL, is set at a
 // session's first grant and put back when the connection returns to the
 // pool; leases of different TTLs do not share a session. So a Locker

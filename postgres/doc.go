@@ -134,7 +134,7 @@
 // one the Locker keeps without leases, with no try first; else the one
 // its try left unused; else a new one), which is shared once granted,
 // without a round trip. An attempt whose context ends while it waits for
-// a connection of a full pool fails with driver.ErrPoolExhausted,
+// a connection of a full pool fails with dlock.ErrPoolExhausted,
 // wrapping the context's error. The session's idle_session_timeout, which frees
 // a silent holder's locks within its TTL, is set at its first grant and
 // put back when the connection returns to the pool; leases of different
