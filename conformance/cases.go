@@ -1054,7 +1054,10 @@ func unusualNames(c *caseT, a, b *dlock.Locker) {
 	var rejected []string
 	for _, n := range names {
 		ctx, cancel := c.withTimeout(c.fast() + time.Second)
-		ls, err := a.TryAcquire(ctx, n, c.opts())
+		// Held while every other is checked: holdOpts, so that a
+		// keep-alive starved on a loaded machine does not end one (a
+		// forupdate lease's session then ends at its idle timeout).
+		ls, err := a.TryAcquire(ctx, n, c.holdOpts())
 		cancel()
 		switch {
 		case err == nil:
