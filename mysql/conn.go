@@ -170,6 +170,9 @@ func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
 }
 
 func (c *conn) run(ctx context.Context, stmts []sqllock.Stmt, dest []any) (bool, error) {
+	if handled, found, err := runOK(ctx, c.c, c.p.multi, stmts, dest); handled {
+		return found, err
+	}
 	if c.p.multi && len(stmts) > 1 {
 		var b strings.Builder
 		var args []any
