@@ -201,27 +201,32 @@ func lockTimeout(r sqllock.Req) string {
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	ttl := strconv.FormatInt(timeoutMS(r.TTL), 10)
-	set := func(idle string, local bool) sqllock.Stmt {
-		return sqllock.S("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
-	}
 	if s == sqllock.ForUpdate {
 		// The row is locked, then the token taken from the counter
 		// (never rolled back) while the marker shows that the counter
 		// has been moved on since the server's last crash (Recover;
 		// else the token is 0). Nothing is written but the row lock and
 		// the counter's advance, neither flushed: the release rolls back.
-		nowait := ""
+		// A lease with an Owner announces its token and owner (for
+		// Inspect); one without announces nothing (Inspect shows it
+		// held, token and owner unknown, as on advisory): setting
+		// application_name costs the grant a setting saved and put back
+		// and the client two ParameterStatus messages. Only a blocking
+		// wait sets lock_timeout: NOWAIT does not wait.
+		nowait, idle := "", "SELECT set_config('idle_in_transaction_session_timeout', $1, true)"
+		args := []any{ttl}
 		if r.NoWait {
 			nowait = " NOWAIT"
+		} else {
+			idle, args = "SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('lock_timeout', $2, true)", append(args, lockTimeout(r))
 		}
-		return []sqllock.Stmt{
-			sqllock.S("BEGIN"),
-			set("idle_in_transaction_session_timeout", true),
-			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+"),"+
-				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM "+t.Live+") THEN "+nextval(t)+" ELSE 0 END AS f FROM l)"+
-				" SELECT f FROM g WHERE "+announce("f", "$2::text", true),
-				r.Name, r.Owner),
+		lock := "WITH l AS (SELECT name FROM " + t.Q + " WHERE name = $1 FOR UPDATE" + nowait + ")," +
+			" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)"
+		if r.Owner == "" {
+			return []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(idle, args...), sqllock.S(lock+" SELECT f FROM g", r.Name)}
 		}
+		return []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(idle, args...),
+			sqllock.S(lock+" SELECT f FROM g WHERE "+announce("f", "$2::text", true), r.Name, r.Owner)}
 	}
 	// Native: one statement, in which the server takes the lock, then the
 	// token, then sets the session's idle timeout and announcement, each
