@@ -211,22 +211,32 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// Inspect); one without announces nothing (Inspect shows it
 		// held, token and owner unknown, as on advisory): setting
 		// application_name costs the grant a setting saved and put back
-		// and the client two ParameterStatus messages. Only a blocking
-		// wait sets lock_timeout: NOWAIT does not wait.
-		nowait, idle := "", "SELECT set_config('idle_in_transaction_session_timeout', $1, true)"
-		args := []any{ttl}
+		// and the client two ParameterStatus messages.
+		//
+		// One statement after BEGIN (a statement more in the batch cost
+		// a grant more than its settings): a blocking wait's
+		// lock_timeout is set by a filter of the row's scan, which the
+		// server evaluates before the row lock is taken (the locking
+		// step sits above the scan) and so before any wait for it;
+		// NOWAIT does not wait. The idle timeout need only hold once the
+		// transaction is idle: the final SELECT sets it on the grant.
+		nowait, timeout := "", ""
+		args := []any{r.Name, ttl}
 		if r.NoWait {
 			nowait = " NOWAIT"
 		} else {
-			idle, args = "SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('lock_timeout', $2, true)", append(args, lockTimeout(r))
+			args = append(args, lockTimeout(r))
+			timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
 		}
-		lock := "WITH l AS (SELECT name FROM " + t.Q + " WHERE name = $1 FOR UPDATE" + nowait + ")," +
-			" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)"
-		if r.Owner == "" {
-			return []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(idle, args...), sqllock.S(lock+" SELECT f FROM g", r.Name)}
+		grant := "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
+		if r.Owner != "" {
+			args = append(args, r.Owner)
+			grant += " AND " + announce("f", "$"+strconv.Itoa(len(args))+"::text", true)
 		}
-		return []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(idle, args...),
-			sqllock.S(lock+" SELECT f FROM g WHERE "+announce("f", "$2::text", true), r.Name, r.Owner)}
+		return []sqllock.Stmt{sqllock.S("BEGIN"),
+			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1"+timeout+" FOR UPDATE"+nowait+"),"+
+				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM "+t.Live+") THEN "+nextval(t)+" ELSE 0 END AS f FROM l)"+
+				" SELECT f FROM g WHERE "+grant, args...)}
 	}
 	// Native: one statement, in which the server takes the lock, then the
 	// token, then sets the session's idle timeout and announcement, each
