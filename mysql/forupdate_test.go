@@ -71,3 +71,27 @@ func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
 		t.Errorf("inspect: %+v, want held by %q with fence %d", info, "holder/1", ls.Token())
 	}
 }
+
+// TestForUpdateAddsTheHolderTable: a lock table made by a dlock from
+// before the holder table gets one when a Locker opens it (the migration
+// only adds a table), and its locks are granted and inspected as usual.
+func TestForUpdateAddsTheHolderTable(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := openDB(t, srv.DSN)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	u := sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "before_hold")
+	sqltest.Open(t, ctx, u).Close()
+	if _, err := db.ExecContext(ctx, "DROP TABLE before_hold_hold"); err != nil {
+		t.Fatal(err)
+	}
+	l := sqltest.Open(t, ctx, u)
+	ls, err := l.TryAcquire(ctx, "n", &dlock.AcquireOptions{Owner: "after/1", NoKeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	if info, err := l.Inspect(ctx, "n"); err != nil || !info.Held || info.Owner != "after/1" || info.Fence != ls.Token() {
+		t.Errorf("inspect: %+v, %v; want held by %q with fence %d", info, err, "after/1", ls.Token())
+	}
+}
