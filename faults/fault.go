@@ -339,8 +339,12 @@ func restartReusingIDs(ctx context.Context, x *Injection) error {
 	defer by.Close()
 	// The holder's keep-alive runs within TTL/3 of SIGCONT, finds its
 	// connection gone and cleans up: give it that and the clean-up's bound.
-	sleep(ctx, x.TTL()+2*time.Second)
-	ended, err := by.Ended(ctx)
+	// The check outlives the run's ctx (the clients are stopped only once
+	// the injection returns): cut short, it read every bystander as ended.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.TTL()+2*time.Second+time.Minute)
+	defer cancel()
+	sleep(cctx, x.TTL()+2*time.Second)
+	ended, err := by.Ended(cctx)
 	if err != nil {
 		return err
 	}

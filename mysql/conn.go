@@ -172,16 +172,9 @@ func (c *conn) settings(stmts []sqllock.Stmt) []sqllock.Stmt {
 	return out
 }
 
-// tokenTag: a script whose last statement is so tagged is executed, not
-// queried: its answer is one row, the statement's LAST_INSERT_ID (the OK
-// packet's insert id), when positive, and no row otherwise. A result set
-// after the write would cost the server another flush of its answer and
-// the client another read.
-const tokenTag = "/* dlock:token */ "
-
 func (c *conn) run(ctx context.Context, stmts []sqllock.Stmt, dest []any) (bool, error) {
-	if strings.HasPrefix(stmts[len(stmts)-1].SQL, tokenTag) {
-		return c.runToken(ctx, stmts, dest)
+	if handled, found, err := runOK(ctx, c.c, c.p.multi, stmts, dest); handled {
+		return found, err
 	}
 	if c.p.multi && len(stmts) > 1 {
 		var b strings.Builder
@@ -202,41 +195,6 @@ func (c *conn) run(ctx context.Context, stmts []sqllock.Stmt, dest []any) (bool,
 	}
 	last := stmts[len(stmts)-1]
 	return c.query(ctx, last.SQL, last.Args, dest)
-}
-
-// runToken runs a script that ends with a tokenTag statement: one
-// multi-statement when the DSN allows it, statement by statement
-// otherwise.
-func (c *conn) runToken(ctx context.Context, stmts []sqllock.Stmt, dest []any) (bool, error) {
-	last := stmts[len(stmts)-1]
-	q, args := last.SQL, last.Args
-	if c.p.multi {
-		var b strings.Builder
-		args = nil
-		for i, s := range stmts {
-			if i > 0 {
-				b.WriteString(";\n")
-			}
-			b.WriteString(s.SQL)
-			args = append(args, s.Args...)
-		}
-		q = b.String()
-	} else {
-		for _, s := range stmts[:len(stmts)-1] {
-			if _, err := c.c.ExecContext(ctx, s.SQL, s.Args...); err != nil {
-				return false, err
-			}
-		}
-	}
-	res, err := c.c.ExecContext(ctx, q, args...)
-	if err != nil {
-		return false, err
-	}
-	id, err := res.LastInsertId()
-	if err != nil || id <= 0 {
-		return false, err
-	}
-	return true, assign(dest, id)
 }
 
 // query reads the first row of the last result set that has columns.

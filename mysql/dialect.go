@@ -98,14 +98,42 @@ func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	// old counter's tokens, which a recovery may have moved ahead of the
 	// clock.
 	out = append(out, sqllock.S("DELETE FROM "+t.Live+" WHERE @dlock_m < 3"))
-	// The semaphore table, created on its own (it came later than the
-	// others: its absence says nothing of the counter).
+	// The holder table and the semaphore table, each created on its own
+	// (they came later than the others: their absence says nothing of the
+	// counter).
+	out = append(out,
+		sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = "+schema+" AND TABLE_NAME = "+literal(name+holdSuffix)),
+		sqllock.S("SET @dlock_ddl = IF(@dlock_m < 1, "+literal(createHold(t))+", 'DO 0')"),
+		sqllock.S("PREPARE dlock_ddl FROM @dlock_ddl"),
+		sqllock.S("EXECUTE dlock_ddl"),
+		sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
 	return append(out,
 		sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = "+schema+" AND TABLE_NAME = "+literal(name+sqllock.SemSuffix)),
 		sqllock.S("SET @dlock_ddl = IF(@dlock_m < 1, "+literal(createSem(t))+", 'DO 0')"),
 		sqllock.S("PREPARE dlock_ddl FROM @dlock_ddl"),
 		sqllock.S("EXECUTE dlock_ddl"),
 		sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
+}
+
+// holdSuffix is appended to the lock table's name to name its holder
+// table; it is no longer than sqllock.SeqSuffix.
+const holdSuffix = "_hold"
+
+// holdTable is the quoted holder table of t, next to its counter: each
+// forupdate holder inserts a row into it, keyed by its token, in the
+// lease's transaction, which the release rolls back. Its rows are never
+// committed; Inspect reads them dirty.
+func holdTable(t sqllock.Table) string {
+	return strings.TrimSuffix(t.Seq, sqllock.SeqSuffix+"`") + holdSuffix + "`"
+}
+
+// createHold creates the holder table (holdTable).
+func createHold(t sqllock.Table) string {
+	return "CREATE TABLE IF NOT EXISTS " + holdTable(t) + ` (
+	id BIGINT NOT NULL PRIMARY KEY,
+	name VARBINARY(1024) NOT NULL,
+	owner VARBINARY(1024) NOT NULL DEFAULT '',
+	session BIGINT NULL) ENGINE=InnoDB`
 }
 
 // Check refuses servers whose token counter is not durable: MySQL before
@@ -295,23 +323,25 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// AUTO_INCREMENT value, never given out again while the server
 		// runs, even when its INSERT is rolled back) while the marker
 		// names this server (Recover; else the token is 0), and the
-		// grant written to the row for Inspect to read dirty. The
-		// release rolls it all back: nothing is committed, nothing
-		// flushed. Five statements, no session variable to reset: MAX()
-		// sets @dlock_f on every run (NULL: no row); the UPDATE, whose
-		// ROW_COUNT() is the INSERT's while it runs, writes the row only
-		// when a token was taken, and the SELECT's ROW_COUNT() is the
-		// UPDATE's (the fence always changes: a counter value is new).
+		// holder recorded in the holder table (holdTable) for Inspect to
+		// read dirty. The row the waiters queue on is locked, never
+		// written: a holder's write of it cost every grant its undo and a
+		// handoff the waiters' re-read of a changed row. The release rolls
+		// it all back: nothing is committed, nothing flushed. Each INSERT
+		// runs only when the statement before it found (ROW_COUNT() is
+		// the previous statement's: a SELECT … INTO's is the rows it
+		// found), and the script is answered from the OK packets (runOK):
+		// the SELECT's row count says whether the name has a row, the
+		// counter's INSERT's id is the token.
 		nowait := ""
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
 		return []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
-			sqllock.S("SELECT MAX(fence) INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
-			sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_f IS NOT NULL AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
-			sqllock.S("UPDATE "+t.Q+" SET fence = LAST_INSERT_ID(), owner = ?, acquired_at = UTC_TIMESTAMP(6), expires_at = NULL, session = CONNECTION_ID() WHERE name = ? AND ROW_COUNT() = 1",
-				r.Owner, r.Name),
-			sqllock.S("SELECT IF(ROW_COUNT() = 1, LAST_INSERT_ID(), 0) FROM DUAL WHERE @dlock_f IS NOT NULL")}
+			sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
+			sqllock.S(tokenTag + "INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE ROW_COUNT() = 1 AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
+			sqllock.S("INSERT INTO "+holdTable(t)+" (id, name, owner, session) SELECT LAST_INSERT_ID(), ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1",
+				r.Name, r.Owner)}
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
@@ -341,11 +371,11 @@ func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.
 	if setup {
 		out = append(out, sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(@dlock_g = 1, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)))
 	}
-	// The row's write answers in its OK packet (tokenTag): the token, the
+	// The row's write answers in its OK packet (lastIDTag): the token, the
 	// statement's last LAST_INSERT_ID(expr) (the update's, when the row
-	// exists; a new row's, else); 0 when GET_LOCK refused and nothing was
+	// exists; a new row's, else); no row when GET_LOCK refused and nothing was
 	// written.
-	return append(out, sqllock.S(tokenTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session)"+
+	return append(out, sqllock.S(lastIDTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session)"+
 		" SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_g = 1"+
 		" ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID()",
 		r.Name, r.Owner, r.Owner))
@@ -446,8 +476,9 @@ func (dialect) Ping(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqlloc
 
 func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		// Nothing to keep: a rollback is not flushed.
-		return []sqllock.Stmt{sqllock.S("ROLLBACK"), leaseRestore}
+		// Nothing to keep: a rollback is not flushed. Executed, not
+		// queried: it answers nothing.
+		return []sqllock.Stmt{sqllock.S(execTag + "ROLLBACK"), leaseRestore}
 	}
 	return []sqllock.Stmt{restoreWait, sqllock.S("SELECT IFNULL(RELEASE_LOCK(?) = 1, FALSE)", nativeKey(t, r))}
 }

@@ -97,9 +97,10 @@
 // microseconds, so that a counter dropped and created again goes on above
 // the old one's tokens), which InnoDB never rolls back: a holder whose
 // transaction died with its connection cannot share its token with the
-// next holder. forupdate also writes the token to the name's row (column
-// fence) in its open transaction, where Inspect reads it; the release
-// rolls it back. Its token's counter advance is never committed, so a
+// next holder. forupdate also records its token, owner and session in a
+// row of the table <table>_hold in its open transaction, where Inspect
+// reads them (it never writes the name's row, which the waiters queue
+// on); the release rolls it back. Its token's counter advance is never committed, so a
 // crash of the server can set the counter back below it: the MEMORY
 // table <table>_live is the marker of a server that has not restarted
 // since the counter was moved on (every restart of the server empties
@@ -163,9 +164,9 @@
 // Locker.Inspect (dlock status) reports, on every strategy, whether the
 // lock is held, its holder's AcquireOptions.Owner and token, and the
 // sessions waiting for it (not on version, whose waiters poll). forupdate
-// reads the holder's uncommitted row (READ UNCOMMITTED: its owner, token
-// and session) and holds it held while that token differs from the
-// committed one; its waiters are the transactions its transaction blocks
+// reads the holder's uncommitted row of <table>_hold (READ UNCOMMITTED:
+// its owner, token and session; the lock is held while it is there); its
+// waiters are the transactions its transaction blocks
 // (information_schema.INNODB_LOCK_WAITS on MariaDB, a snapshot the server
 // refreshes only when it has not been read for 0.1s;
 // performance_schema.data_lock_waits on MySQL 8, unknown with

@@ -3,8 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock/internal/sqllock"
 )
@@ -24,6 +28,126 @@ const (
 	// changed a row, and no row otherwise.
 	changedTag = "/* dlock:changed */ "
 )
+
+// A script of several statements in which one is tagged with one of these
+// is executed, not queried, on a pinned connection (runOK): its answer is
+// read from the statements' OK packets, so it needs no SELECT at its end,
+// which would cost a result set (its column definitions, its row) on top
+// of the OK packets that the server sends anyway.
+const (
+	// foundTag: the statement (a SELECT … INTO) found a row when it
+	// affected one; the script answers no row when it did not.
+	foundTag = "/* dlock:found */ "
+	// tokenTag: the statement's insert id, when it inserted a row, is the
+	// answer's one value; 0 when it inserted none.
+	tokenTag = "/* dlock:token */ "
+	// execTag: the script answers nothing (no row); it is executed only.
+	execTag = "/* dlock:exec */ "
+	// lastIDTag: the answer is one row, (the statement's insert id: its
+	// last LAST_INSERT_ID(expr), an update's included), when positive,
+	// and no row otherwise (a getlock grant whose GET_LOCK refused wrote
+	// nothing).
+	lastIDTag = "/* dlock:lastid */ "
+)
+
+// runOK runs stmts on c when one of them is tagged with foundTag, tokenTag,
+// lastIDTag or execTag (handled), as one multi-statement when multi is set, and
+// scans the answer its tags define into dest.
+func runOK(ctx context.Context, c *sql.Conn, multi bool, stmts []sqllock.Stmt, dest []any) (handled, found bool, err error) {
+	fi, ti, li, exec := -1, -1, -1, false
+	for i, s := range stmts {
+		switch {
+		case strings.HasPrefix(s.SQL, foundTag):
+			fi = i
+		case strings.HasPrefix(s.SQL, tokenTag):
+			ti = i
+		case strings.HasPrefix(s.SQL, lastIDTag):
+			li = i
+		case strings.HasPrefix(s.SQL, execTag):
+			exec = true
+		}
+	}
+	if fi < 0 && ti < 0 && li < 0 && !exec {
+		return false, false, nil
+	}
+	rows, ids, err := execAll(ctx, c, multi, stmts)
+	switch {
+	case err != nil:
+		return true, false, err
+	case li >= 0 && ids[li] <= 0:
+		return true, false, nil
+	case li >= 0:
+		return true, true, assign(dest, ids[li])
+	case fi < 0 && ti < 0:
+		return true, false, nil
+	case fi >= 0 && rows[fi] == 0:
+		return true, false, nil
+	}
+	var token int64
+	if ti >= 0 && rows[ti] == 1 {
+		token = ids[ti]
+	}
+	return true, true, assign(dest, token)
+}
+
+// execAll executes stmts and returns each one's affected rows and insert
+// id: as one multi-statement through the driver's connection (whose
+// result has every statement's figures), or one by one.
+func execAll(ctx context.Context, c *sql.Conn, multi bool, stmts []sqllock.Stmt) (rows, ids []int64, err error) {
+	if !multi || len(stmts) == 1 {
+		for _, s := range stmts {
+			res, err := c.ExecContext(ctx, s.SQL, s.Args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return nil, nil, err
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				return nil, nil, err
+			}
+			rows, ids = append(rows, n), append(ids, id)
+		}
+		return rows, ids, nil
+	}
+	var b strings.Builder
+	var args []sqldriver.NamedValue
+	for i, s := range stmts {
+		if i > 0 {
+			b.WriteString(";\n")
+		}
+		b.WriteString(s.SQL)
+		for _, a := range s.Args {
+			v, err := sqldriver.DefaultParameterConverter.ConvertValue(a)
+			if err != nil {
+				return nil, nil, fmt.Errorf("mysql: argument %d: %w", len(args)+1, err)
+			}
+			args = append(args, sqldriver.NamedValue{Ordinal: len(args) + 1, Value: v})
+		}
+	}
+	err = c.Raw(func(dc any) error {
+		ex, ok := dc.(sqldriver.ExecerContext)
+		if !ok {
+			return errors.New("mysql: the driver's connection cannot execute")
+		}
+		res, err := ex.ExecContext(ctx, b.String(), args)
+		if err != nil {
+			return err
+		}
+		all, ok := res.(gomysql.Result)
+		if !ok {
+			return fmt.Errorf("mysql: the driver's result %T has no figures per statement", res)
+		}
+		rows, ids = all.AllRowsAffected(), all.AllLastInsertIds()
+		return nil
+	})
+	if err == nil && (len(rows) != len(stmts) || len(ids) != len(stmts)) {
+		err = fmt.Errorf("mysql: %d results for %d statements", len(rows), len(stmts))
+	}
+	return rows, ids, err
+}
 
 // execer is *sql.DB or *sql.Conn.
 type execer interface {

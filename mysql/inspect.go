@@ -8,11 +8,14 @@ import (
 
 // Inspect reads a lock's state without taking it (sqllock.Dialect):
 //
-//   - forupdate: the holder's grant is an uncommitted update of the row
-//     (its token, owner and session), read dirty (READ UNCOMMITTED); the
-//     lock is held while that token differs from the committed one (a
-//     release or a lost holder's rollback undoes it). A free lock's
-//     fence is unknown: grants commit nothing. Waiters
+//   - forupdate: the holder's grant is an uncommitted row of the holder
+//     table (its token, owner and session), read dirty (READ
+//     UNCOMMITTED): the lock is held while it is there (a release or a
+//     lost holder's rollback undoes it). A holder of a dlock before the
+//     holder table wrote the lock's row instead, and is found there as
+//     it used to be: held while the row's dirty fence differs from the
+//     committed one. A free lock's fence is unknown: grants commit
+//     nothing. Waiters
 //     are the transactions blocked by the holder's (MariaDB:
 //     information_schema.INNODB_LOCK_WAITS; MySQL 8:
 //     performance_schema.data_lock_waits, unknown when it is off).
@@ -23,7 +26,8 @@ import (
 //     user-level locks).
 //   - version: the lease row tells it all but the waiters, who poll.
 func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	reset := sqllock.S("SET @dlock_if = NULL, @dlock_io = NULL, @dlock_is = NULL, @dlock_ic = NULL, @dlock_ih = NULL, @dlock_iw = NULL, @dlock_ik = NULL, @dlock_ip = NULL")
+	reset := sqllock.S("SET @dlock_if = NULL, @dlock_io = NULL, @dlock_is = NULL, @dlock_ic = NULL, @dlock_ih = NULL, @dlock_iw = NULL, @dlock_ik = NULL, @dlock_ip = NULL," +
+		" @dlock_hf = NULL, @dlock_ho = NULL, @dlock_hs = NULL, @dlock_ix = NULL")
 	// waiters counts into @dlock_iw with the query of the server at hand
 	// (each takes its values from user variables, never from the text).
 	waiters := func(mariadb, mysql8, other string) []sqllock.Stmt {
@@ -36,13 +40,22 @@ func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 	}
 	switch s {
 	case sqllock.ForUpdate:
-		held := "@dlock_if <> @dlock_ic"
+		// The holder's row in the holder table, read dirty, else (a
+		// holder of a version of dlock before the holder table) its
+		// uncommitted update of the lock's row: held while that fence
+		// differs from the committed one. A SET evaluates all its values
+		// before it assigns any.
+		held := "@dlock_ix"
 		blocked := " WHERE x.trx_mysql_thread_id = @dlock_is AND " + held
 		out := []sqllock.Stmt{reset,
+			sqllock.S("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"),
+			sqllock.S("SELECT id, owner, session INTO @dlock_hf, @dlock_ho, @dlock_hs FROM "+holdTable(t)+" WHERE name = ? ORDER BY id DESC LIMIT 1", r.Name),
 			sqllock.S("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"),
 			sqllock.S("SELECT fence, owner, session INTO @dlock_if, @dlock_io, @dlock_is FROM "+t.Q+" WHERE name = ?", r.Name),
 			sqllock.S("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
 			sqllock.S("SELECT fence INTO @dlock_ic FROM "+t.Q+" WHERE name = ?", r.Name),
+			sqllock.S("SET @dlock_ix = IFNULL(@dlock_hf IS NOT NULL OR @dlock_if <> @dlock_ic, FALSE), @dlock_if = IFNULL(@dlock_hf, @dlock_if)," +
+				" @dlock_io = IF(@dlock_hf IS NULL, @dlock_io, @dlock_ho), @dlock_is = IF(@dlock_hf IS NULL, @dlock_is, @dlock_hs)"),
 		}
 		out = append(out, waiters(
 			"SELECT COUNT(DISTINCT w.requesting_trx_id) INTO @dlock_iw FROM information_schema.INNODB_LOCK_WAITS w"+
@@ -50,7 +63,7 @@ func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 			"SELECT COUNT(DISTINCT w.REQUESTING_ENGINE_TRANSACTION_ID) INTO @dlock_iw FROM performance_schema.data_lock_waits w"+
 				" JOIN information_schema.INNODB_TRX x ON x.trx_id = w.BLOCKING_ENGINE_TRANSACTION_ID"+blocked,
 			"SET @dlock_iw = NULL")...)
-		return append(out, sqllock.S("SELECT IFNULL("+held+", FALSE), @dlock_io, IF("+held+", @dlock_if, NULL), NULL, @dlock_iw"))
+		return append(out, sqllock.S("SELECT "+held+", IF("+held+", @dlock_io, NULL), IF("+held+", @dlock_if, NULL), NULL, @dlock_iw"))
 	case sqllock.Native:
 		key := lockKey(r.Name)
 		out := []sqllock.Stmt{reset,

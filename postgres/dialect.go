@@ -201,27 +201,42 @@ func lockTimeout(r sqllock.Req) string {
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	ttl := strconv.FormatInt(timeoutMS(r.TTL), 10)
-	set := func(idle string, local bool) sqllock.Stmt {
-		return sqllock.S("SELECT set_config('lock_timeout', $1, true), set_config('"+idle+"', $2, "+strconv.FormatBool(local)+")", lockTimeout(r), ttl)
-	}
 	if s == sqllock.ForUpdate {
 		// The row is locked, then the token taken from the counter
 		// (never rolled back) while the marker shows that the counter
 		// has been moved on since the server's last crash (Recover;
 		// else the token is 0). Nothing is written but the row lock and
 		// the counter's advance, neither flushed: the release rolls back.
-		nowait := ""
+		// A lease with an Owner announces its token and owner (for
+		// Inspect); one without announces nothing (Inspect shows it
+		// held, token and owner unknown, as on advisory): setting
+		// application_name costs the grant a setting saved and put back
+		// and the client two ParameterStatus messages.
+		//
+		// One statement after BEGIN (a statement more in the batch cost
+		// a grant more than its settings): a blocking wait's
+		// lock_timeout is set by a filter of the row's scan, which the
+		// server evaluates before the row lock is taken (the locking
+		// step sits above the scan) and so before any wait for it;
+		// NOWAIT does not wait. The idle timeout need only hold once the
+		// transaction is idle: the final SELECT sets it on the grant.
+		nowait, timeout := "", ""
+		args := []any{r.Name, ttl}
 		if r.NoWait {
 			nowait = " NOWAIT"
+		} else {
+			args = append(args, lockTimeout(r))
+			timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
 		}
-		return []sqllock.Stmt{
-			sqllock.S("BEGIN"),
-			set("idle_in_transaction_session_timeout", true),
-			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1 FOR UPDATE"+nowait+"),"+
+		grant := "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
+		if r.Owner != "" {
+			args = append(args, r.Owner)
+			grant += " AND " + announce("f", "$"+strconv.Itoa(len(args))+"::text", true)
+		}
+		return []sqllock.Stmt{sqllock.S("BEGIN"),
+			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1"+timeout+" FOR UPDATE"+nowait+"),"+
 				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM "+t.Live+") THEN "+nextval(t)+" ELSE 0 END AS f FROM l)"+
-				" SELECT f FROM g WHERE "+announce("f", "$2::text", true),
-				r.Name, r.Owner),
-		}
+				" SELECT f FROM g WHERE "+grant, args...)}
 	}
 	// Native: one statement, in which the server takes the lock, then the
 	// token, then sets the session's idle timeout and announcement, each

@@ -151,13 +151,14 @@
 // token from its application_name, which a grant sets, in the statement
 // that takes the token, to "dlock <token> <owner>" (for the transaction
 // on forupdate; until the release on advisory, which then resets it):
-// pg_stat_activity shows it too. On advisory only a lease with an Owner
-// announces itself (and keeps a connection of its own for it: see
+// pg_stat_activity shows it too. Only a lease with an Owner announces
+// itself (on advisory it keeps a connection of its own for it: see
 // Sessions); a lease without one is reported held, with its owner and
-// token unknown. The server keeps at most 63 bytes of it,
+// token unknown (setting application_name would cost every grant). The server keeps at most 63 bytes of it,
 // in printable ASCII (other bytes become '?'): a longer owner is reported
-// cut. A free lock's fence is the row's on forupdate and version (the
-// last committed grant's) and unknown on advisory, which writes no row.
+// cut. A free lock's fence is the row's on version (the last committed
+// grant's) and unknown on forupdate and advisory, whose grants write no
+// row.
 // Only version knows the lease's remaining TTL; a pinned lease lasts as
 // long as its holder's keep-alive.
 //

@@ -6,8 +6,9 @@ import "github.com/dlock-go/dlock/internal/sqllock"
 //
 //   - forupdate: the holder is the session whose open transaction locked
 //     the row (the committed row version's xmax, granted in pg_locks);
-//     its token and owner are in its application_name (announce), since
-//     its own row version is uncommitted. Waiters are the sessions
+//     its token and owner are in its application_name (announce, by a
+//     lease with an Owner; unknown otherwise), since its own row version
+//     is uncommitted. Waiters are the sessions
 //     queued for the row: for the holder's transaction or for the row's
 //     tuple lock. A free lock's fence is unknown: grants write no row.
 //   - advisory: the holder is the session granted the name's advisory

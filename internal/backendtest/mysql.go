@@ -105,7 +105,11 @@ func (b *mysqlBystanders) Ended(ctx context.Context) ([]int64, error) {
 	var ended []int64
 	for _, id := range b.IDs() {
 		var got int64
-		if err := b.conns[id].QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&got); err != nil || got != id {
+		err := b.conns[id].QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&got)
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err() // not an answer about the session
+		}
+		if err != nil || got != id {
 			ended = append(ended, id)
 		}
 	}
