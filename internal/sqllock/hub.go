@@ -179,7 +179,7 @@ func (h *hub) loop(ctx context.Context, cancel context.CancelFunc, lis Listening
 	defer func() { cancel(); <-renewed; close(done) }()
 	defer lis.Close()
 	for {
-		name, err := lis.Next(ctx)
+		_, name, err := lis.Next(ctx)
 		if err != nil {
 			// Wake every waiter for good: they fall back to polling, and
 			// the next Watch starts a new listener.

@@ -122,14 +122,15 @@ type Pool interface {
 // Notifier is implemented by pools whose database can notify listeners
 // (PostgreSQL LISTEN/NOTIFY).
 type Notifier interface {
-	// Listen opens a dedicated connection listening on channel.
-	Listen(ctx context.Context, channel string) (Listening, error)
+	// Listen opens a dedicated connection listening on channels.
+	Listen(ctx context.Context, channels ...string) (Listening, error)
 }
 
 // Listening is an open LISTEN.
 type Listening interface {
-	// Next blocks until a notification arrives and returns its payload.
-	Next(ctx context.Context) (string, error)
+	// Next blocks until a notification arrives and returns its channel
+	// and payload.
+	Next(ctx context.Context) (channel, payload string, err error)
 	Close()
 }
 
