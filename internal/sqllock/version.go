@@ -17,12 +17,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: rand.Int64N(math.MaxInt64) + 1, Channel: l.t.Channel}
-	var gen uint64
-	if l.hub != nil {
-		r.Register, gen = l.hub.registration(req.Name)
-	}
-	start := time.Now()
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: newNonce(), Channel: l.t.Channel}
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err == nil && !found {
@@ -43,9 +38,6 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 	}
 	if !found || token == nil {
-		if found && r.Register > 0 {
-			l.hub.registered([]string{req.Name}, start, gen)
-		}
 		e := &driver.NotAcquiredError{}
 		if remaining != nil && *remaining > 0 {
 			e.RetryAfter = FromMicros(*remaining)
@@ -53,9 +45,11 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, fmt.Errorf("%s: %w", l.d.Backend(), e)
 	}
 	r.Token = *token
-	r.Register = 0
 	return &versionLease{l: l, r: r}, nil
 }
+
+// newNonce returns an attempt's nonce (Req.Nonce): positive, random.
+func newNonce() int64 { return rand.Int64N(math.MaxInt64) + 1 }
 
 // abortVersion frees the lease that attempt r may have been granted,
 // with a fresh bounded context (ctx may be cancelled): at once, and once
@@ -87,9 +81,15 @@ type versionLease struct {
 	r Req
 	// sem is set for a semaphore's slot.
 	sem SemDialect
+	// at is when a queued waiter's lease began at the latest (zero: at
+	// the start of the request that took it; driver.Granted).
+	at time.Time
 }
 
+var _ driver.Granted = (*versionLease)(nil)
+
 func (v *versionLease) Token() uint64         { return uint64(v.r.Token) }
+func (v *versionLease) GrantedAt() time.Time  { return v.at }
 func (v *versionLease) Lost() <-chan struct{} { return nil }
 
 // Refresh moves the expiry to the server's now plus ttl, if still held.
