@@ -423,7 +423,9 @@ func liveWaiters(q string) string {
 // "NULL" for none) leaves the queue whatever held says.
 //
 // One UPDATE computes the row's new values from the queue in one
-// sub-SELECT evaluated on the row as updated: a waiter that queued while
+// sub-SELECT evaluated on the row as updated (its scans of the queue
+// guarded, so that a release with nobody queued costs little more than
+// a plain UPDATE): a waiter that queued while
 // the UPDATE waited for the row's lock is seen. The first entry that has
 // not expired is granted: the row gets its nonce (session), owner, a new
 // token, its TTL from now and its Locker's channel (granted_to), the
@@ -433,22 +435,38 @@ func liveWaiters(q string) string {
 // of the name while waiters of earlier versions registered in
 // waiters_until.
 func handover(t sqllock.Table, match, held, me string) string {
-	notMe := "(x->>'w')::bigint IS DISTINCT FROM " + me
-	live := "(x->>'e')::bigint > " + nowMicros
-	return "WITH up AS (UPDATE " + t.Q + " AS t SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (SELECT\n" +
-		"\t\tCASE WHEN h.x IS NULL THEN t.fence ELSE " + nextval(t) + " END, coalesce(h.x->>'o', t.owner), coalesce((h.x->>'w')::bigint, t.session),\n" +
-		"\t\tCASE WHEN h.x IS NULL THEN t.acquired_at ELSE now() END,\n" +
-		"\t\tCASE WHEN h.x IS NOT NULL THEN now() + (h.x->>'t')::bigint * interval '1 microsecond' WHEN " + held + " THEN NULL ELSE t.expires_at END,\n" +
-		"\t\t(SELECT jsonb_agg(x ORDER BY i) FROM " + entries("t.queue") + " WHERE " + live + " AND " + notMe + " AND (NOT " + held + " OR i > h.i)),\n" +
-		"\t\th.x->>'c'\n" +
-		"\tFROM (SELECT) o LEFT JOIN LATERAL (SELECT x, i FROM " + entries("t.queue") + " WHERE " + held + " AND " + live + " AND " + notMe + " ORDER BY i LIMIT 1) h ON true)\n" +
+	// vars of the jsonpath filters: the server's now in microseconds and
+	// the nonce to leave out (JSON null for none).
+	vars := "jsonb_build_object('n', " + nowMicros + ", 'me', " + me + ")"
+	// h is the entry granted (NULL: none); none is looked for while the
+	// queue is empty (NULL), so that such a release costs what a plain
+	// UPDATE does.
+	h := "(CASE WHEN t.queue IS NOT NULL AND " + held + " THEN jsonb_path_query_first(t.queue, '$[*] ? (@.e > $n && @.w != $me)', " + vars + ") END)"
+	return "WITH up AS (UPDATE " + t.Q + " AS t SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (\n" +
+		"\t\tCASE WHEN " + h + " IS NULL THEN t.fence ELSE " + nextval(t) + " END, coalesce(" + h + "->>'o', t.owner), coalesce((" + h + "->>'w')::bigint, t.session),\n" +
+		"\t\tCASE WHEN " + h + " IS NULL THEN t.acquired_at ELSE now() END,\n" +
+		"\t\tCASE WHEN " + h + " IS NOT NULL THEN now() + (" + h + "->>'t')::bigint * interval '1 microsecond' WHEN " + held + " THEN NULL ELSE t.expires_at END,\n" +
+		"\t\tCASE WHEN t.queue IS NOT NULL THEN nullif(jsonb_path_query_array(t.queue, '$[*] ? (@.e > $n && @.w != $me && @.w != $h)', " + vars + " || jsonb_build_object('h', " + h + "->'w')), '[]') END,\n" +
+		"\t\t" + h + "->>'c')\n" +
 		"\tWHERE t.name = $1 AND (" + match + ") RETURNING t.session, t.fence, t.granted_to, t.expires_at, t.waiters_until)\n" +
 		"SELECT (CASE WHEN granted_to IS NOT NULL THEN pg_notify(granted_to, session || ' ' || fence) WHEN expires_at IS NULL AND waiters_until > now() THEN pg_notify($3, $1) END) IS NULL FROM up"
 }
 
-// VersionRelease frees the lease, or hands it to the first live waiter
-// of its grant queue (handover): one statement, one round trip.
+// VersionRelease frees the lease when nobody is queued for it, in the
+// statement of releases before the grant queue with one more condition
+// (the queue is empty, read on the row as updated): no row when waiters
+// are queued, and VersionHandover then hands the lease on. It notifies
+// the table's channel while waiters of earlier versions registered in
+// waiters_until.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() AND queue IS NULL RETURNING name, waiters_until)"+
+		" SELECT (CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END) IS NULL FROM r",
+		r.Name, r.Token, r.Channel)}
+}
+
+// VersionHandover frees the lease or hands it to the first live waiter
+// of its grant queue (handover): one statement, one round trip.
+func (dialect) VersionHandover(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{sqllock.S(handover(t, "fence = $2 AND expires_at > now()", "true", "NULL"), r.Name, r.Token, r.Channel)}
 }
 
@@ -486,10 +504,10 @@ func (dialect) VersionWait(t sqllock.Table, r sqllock.Req, entry time.Duration) 
 	grant := free + " AND " + other                             // hand on to it
 	take := free + " AND NOT (" + other + ")"
 	cut := "CASE WHEN " + grant + " THEN h.i ELSE 0 END"
-	keep := "(SELECT jsonb_agg(x ORDER BY i) FROM " + entries("t.queue") + " WHERE " + live + " AND NOT " + mine + ")"
-	queued := "coalesce((SELECT jsonb_agg(CASE WHEN " + mine + " THEN x || jsonb_build_object('e', " + exp + ") ELSE x END ORDER BY i) FROM " + entries("t.queue") +
-		" WHERE i > " + cut + " AND (" + live + " OR " + mine + ")), '[]'::jsonb) ||\n" +
-		"\t\t\tCASE WHEN EXISTS (SELECT FROM " + entries("t.queue") + " WHERE i > " + cut + " AND " + mine + ") THEN '[]'::jsonb" +
+	keep := "CASE WHEN t.queue IS NOT NULL THEN (SELECT jsonb_agg(x ORDER BY i) FROM " + entries("t.queue") + " WHERE " + live + " AND NOT " + mine + ") END"
+	queued := "coalesce(CASE WHEN t.queue IS NOT NULL THEN (SELECT jsonb_agg(CASE WHEN " + mine + " THEN x || jsonb_build_object('e', " + exp + ") ELSE x END ORDER BY i) FROM " + entries("t.queue") +
+		" WHERE i > " + cut + " AND (" + live + " OR " + mine + ")) END, '[]'::jsonb) ||\n" +
+		"\t\t\tCASE WHEN t.queue IS NOT NULL AND EXISTS (SELECT FROM " + entries("t.queue") + " WHERE i > " + cut + " AND " + mine + ") THEN '[]'::jsonb" +
 		" ELSE jsonb_build_array(jsonb_build_object('w', " + me + ", 'o', $2::text, 't', $3::bigint, 'c', $5::text, 'e', " + exp + ")) END"
 	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
 up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', `+me+`)
@@ -503,10 +521,10 @@ up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, se
 		CASE WHEN `+take+` OR (NOT `+free+` AND t.session = `+me+`) THEN `+keep+`
 			ELSE `+queued+` END,
 		CASE WHEN `+grant+` THEN h.x->>'c' END
-		FROM (SELECT) o LEFT JOIN LATERAL (SELECT x, i FROM `+entries("t.queue")+` WHERE `+live+` ORDER BY i LIMIT 1) h ON true)
-	RETURNING t.fence, t.session, t.granted_to)
+		FROM (SELECT) o LEFT JOIN LATERAL (SELECT x, i FROM `+entries("t.queue")+` WHERE t.queue IS NOT NULL AND `+live+` ORDER BY i LIMIT 1) h ON true)
+	RETURNING t.fence, t.session, t.granted_to, t.queue IS NOT NULL AS queued)
 SELECT (SELECT CASE WHEN session = `+me+` THEN fence WHEN granted_to IS NOT NULL AND pg_notify(granted_to, session || ' ' || fence) IS NULL THEN NULL END FROM up),
-	(SELECT rem FROM prev)`,
+	(SELECT rem FROM prev), (SELECT queued FROM up)`,
 		r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Channel, sqllock.Micros(entry))}
 }
 

@@ -96,7 +96,8 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		}
 		start := time.Now()
 		var token, remaining *int64
-		found, err := l.pool.Run(ctx, vq.VersionWait(l.t, r, queueEntry), &token, &remaining)
+		var queued *bool
+		found, err := l.pool.Run(ctx, vq.VersionWait(l.t, r, queueEntry), &token, &remaining, &queued)
 		if err == nil && !found {
 			err = errors.New("the wait statement returned no row")
 		}
@@ -105,7 +106,9 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 		}
 		if token != nil {
-			return l.queuedLease(r, *token, start), nil
+			ls := l.queuedLease(r, *token, start)
+			ls.queued = queued != nil && *queued
+			return ls, nil
 		}
 		safe = start
 		wait := every
@@ -163,11 +166,13 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 }
 
 // queuedLease is the lease granted to the queued waiter r with token,
-// counted from at.
+// counted from at. Its release hands over at once (VersionHandover):
+// a lease granted to a queued waiter has others queued behind it, as a
+// rule.
 func (l *Locker) queuedLease(r Req, token int64, at time.Time) *versionLease {
 	r.Token = token
 	r.Channel = l.t.Channel
-	return &versionLease{l: l, r: r, at: at}
+	return &versionLease{l: l, r: r, at: at, queued: true}
 }
 
 // cancelQueued takes the queued waiter r back (VersionAbort): its entry

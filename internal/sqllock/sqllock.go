@@ -138,8 +138,8 @@ type Listening interface {
 // version waiters queue in the server for a grant: a release hands the
 // lease to the first live waiter and notifies that waiter's Locker on its
 // grant channel with "<nonce> <token>", in the release's own statement
-// (one round trip from release to the next holder). VersionRelease and
-// VersionAbort then grant to the queue; VersionAbort also takes r.Nonce's
+// (one round trip from release to the next holder). VersionHandover and
+// VersionAbort grant to the queue; VersionAbort also takes r.Nonce's
 // entry out of it.
 type VersionQueuer interface {
 	// VersionWait takes the lease row when it is free or expired, or
@@ -147,9 +147,13 @@ type VersionQueuer interface {
 	// again); otherwise it queues r.Nonce (owner, TTL, grant channel
 	// r.Channel) behind the waiters queued before it, for entry on the
 	// server's clock, or renews its entry in place. One row: the token
-	// (NULL when queued) and the microseconds the current holder's lease
-	// still lasts (NULL when unknown).
+	// (NULL when queued), the microseconds the current holder's lease
+	// still lasts (NULL when unknown), and whether waiters are queued.
 	VersionWait(t Table, r Req, entry time.Duration) []Stmt
+	// VersionHandover frees r.Token's lease, or hands it to the first
+	// live waiter: a row when it was held. (VersionRelease frees it only
+	// when nobody is queued, and returns no row otherwise.)
+	VersionHandover(t Table, r Req) []Stmt
 }
 
 // Kind classifies a database error.

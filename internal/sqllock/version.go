@@ -84,6 +84,9 @@ type versionLease struct {
 	// at is when a queued waiter's lease began at the latest (zero: at
 	// the start of the request that took it; driver.Granted).
 	at time.Time
+	// queued: waiters were queued when the lease was granted (its
+	// release hands over at once, VersionQueuer).
+	queued bool
 }
 
 var _ driver.Granted = (*versionLease)(nil)
@@ -102,21 +105,48 @@ func (v *versionLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return v.cond(ctx, "refresh", v.l.d.VersionRefresh(v.l.t, r))
 }
 
-// Release frees the row if still held and wakes the waiters.
+// Release frees the row if still held and wakes the waiters. With a
+// VersionQueuer it hands the lease to the first queued waiter
+// (VersionHandover) when the lease was granted with waiters queued;
+// otherwise it tries the plain release, which frees nothing when waiters
+// have queued since, and then hands over (a second round trip, on the
+// first contended release only).
 func (v *versionLease) Release(ctx context.Context) error {
 	r := v.r
 	r.Channel = v.l.t.Channel
 	if v.sem != nil {
 		return v.cond(ctx, "release", v.sem.SemVersionRelease(v.l.t, r))
 	}
-	return v.cond(ctx, "release", v.l.d.VersionRelease(v.l.t, r))
+	q, queues := v.l.d.(VersionQueuer)
+	if queues && v.queued {
+		return v.cond(ctx, "release", q.VersionHandover(v.l.t, r))
+	}
+	found, err := v.run(ctx, "release", v.l.d.VersionRelease(v.l.t, r))
+	if err != nil || found || !queues {
+		return v.held(found, err, "release")
+	}
+	return v.cond(ctx, "release", q.VersionHandover(v.l.t, r))
 }
 
 func (v *versionLease) cond(ctx context.Context, op string, script []Stmt) error {
+	found, err := v.run(ctx, op, script)
+	return v.held(found, err, op)
+}
+
+// run runs a refresh or release script: whether it found the lease.
+func (v *versionLease) run(ctx context.Context, op string, script []Stmt) (bool, error) {
 	var ok bool
 	found, err := v.l.pool.Run(ctx, script, &ok)
 	if err != nil {
-		return ctxErr(ctx, v.l.errorf("%s %q: %w", op, v.r.Name, err))
+		return false, ctxErr(ctx, v.l.errorf("%s %q: %w", op, v.r.Name, err))
+	}
+	return found, nil
+}
+
+// held is op's outcome: err, or ErrNotHeld when it did not find the lease.
+func (v *versionLease) held(found bool, err error, op string) error {
+	if err != nil {
+		return err
 	}
 	if !found {
 		return v.l.errorf("%s %q: %w (expired or taken over)", op, v.r.Name, driver.ErrNotHeld)
