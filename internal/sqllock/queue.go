@@ -58,13 +58,14 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	}
 	vq := l.d.(VersionQueuer)
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Nonce: newNonce(), Channel: l.hub.grantChannel}
-	// A waiter queues only while its Locker's listener runs, registered
-	// with it before the statement that queues it: a release may grant
-	// it the lease as soon as that statement has committed, before its
-	// reply is read, and a grant to a waiter that cannot hear it would
-	// sit unused until the waiter's next renewal. With no listener yet,
-	// the first attempt is TryAcquire's (a free lease costs no listener),
-	// and the listener starts when it fails.
+	// A waiter is registered with the listener before the statement that
+	// queues it when the listener runs: a release may grant it the lease
+	// as soon as that statement has committed, before its reply is read.
+	// With no listener (this Locker has not waited yet), the first
+	// attempt is TryAcquire's, whose statement costs a free lease less
+	// than VersionWait's; when it fails the waiter queues at once, so
+	// that its place is its arrival's, then starts the listener and
+	// renews at once, which takes a grant made meanwhile.
 	grants := l.hub.awaitGrant(r.Nonce)
 	defer l.hub.endGrant(r.Nonce)
 	if grants == nil {
@@ -87,13 +88,6 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		}
 	}()
 	for {
-		if grants == nil {
-			// No listener (not yet, or it died): start one. If none can
-			// start, the waiter queues all the same and polls.
-			if err := l.hub.start(ctx); err == nil {
-				grants = l.hub.awaitGrant(r.Nonce)
-			}
-		}
 		start := time.Now()
 		var token, remaining *int64
 		var queued *bool
@@ -111,6 +105,15 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			return ls, nil
 		}
 		safe = start
+		if grants == nil {
+			// No listener (not yet, or it died): start one, and renew at
+			// once. If none can start, the waiter polls.
+			if err := l.hub.start(ctx); err == nil {
+				if grants = l.hub.awaitGrant(r.Nonce); grants != nil {
+					continue // renew at once: a grant made before is found
+				}
+			}
+		}
 		wait := every
 		if grants == nil {
 			wait = min(wait, unheardPolled)
@@ -128,7 +131,7 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		select {
 		case token, ok := <-grants:
 			if !ok {
-				grants = nil // the listener died: start another, renew at once
+				grants = nil // the listener died: renew now, then start another
 				continue
 			}
 			ls := l.queuedLease(r, token, safe)
