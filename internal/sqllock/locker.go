@@ -356,6 +356,16 @@ func (l *Locker) ensure(ctx context.Context) error {
 		}
 	}
 	l.ready = true
+	if l.queues() {
+		// The listener starts now, in the background, so that the first
+		// wait finds it running: a waiter granted the lease while its
+		// listener starts would keep the queue waiting until it renews.
+		l.goCleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			_ = l.hub.start(sctx)
+		})
+	}
 	return nil
 }
 

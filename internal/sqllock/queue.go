@@ -58,22 +58,20 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	}
 	vq := l.d.(VersionQueuer)
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Nonce: newNonce(), Channel: l.hub.grantChannel}
-	// A waiter is registered with the listener before the statement that
-	// queues it when the listener runs: a release may grant it the lease
-	// as soon as that statement has committed, before its reply is read.
-	// With no listener (this Locker has not waited yet), the first
-	// attempt is TryAcquire's, whose statement costs a free lease less
-	// than VersionWait's; when it fails the waiter queues at once, so
-	// that its place is its arrival's, then starts the listener and
-	// renews at once, which takes a grant made meanwhile.
+	// The first attempt is TryAcquire's, whose statement costs a free
+	// lease 50us less than VersionWait's (the listener, started at the
+	// Locker's first use, is not needed for it). When it fails the
+	// waiter queues at once, registered with the listener before the
+	// statement that queues it: a release may grant it the lease as soon
+	// as that statement has committed, before its reply is read. With no
+	// listener running (not started yet, or dead) it queues all the same,
+	// so that its place is its arrival's, then starts one and renews at
+	// once, which takes a grant made meanwhile.
+	if ls, err := l.acquireVersion(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+		return ls, err
+	}
 	grants := l.hub.awaitGrant(r.Nonce)
 	defer l.hub.endGrant(r.Nonce)
-	if grants == nil {
-		ls, err := l.acquireVersion(ctx, req)
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return ls, err
-		}
-	}
 	every := renewEvery(req.TTL)
 	var (
 		timer *time.Timer
