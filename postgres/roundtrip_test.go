@@ -66,6 +66,10 @@ func TestRoundTrips(t *testing.T) {
 			for range 3 {
 				cycle() // create the row, recover, prepare
 			}
+			// version's listener, started in the background at first use
+			if err := sqltest.Core(l).Listen(ctx); err != nil {
+				t.Fatal(err)
+			}
 			const n = 200
 			// DLOCK_TEST_COST=1 also reports the server's WAL syncs and
 			// transactions, which backends report when idle for 10s.

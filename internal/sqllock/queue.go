@@ -166,6 +166,16 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	}
 }
 
+// Listen starts l's listener now, unless it runs or l has none (it
+// starts in the background at l's first use, when l's waiters queue):
+// tests that count round trips wait for it with this.
+func (l *Locker) Listen(ctx context.Context) error {
+	if err := l.ensure(ctx); err != nil || l.hub == nil {
+		return err
+	}
+	return l.hub.start(ctx)
+}
+
 // queuedLease is the lease granted to the queued waiter r with token,
 // counted from at. Its release hands over at once (VersionHandover):
 // a lease granted to a queued waiter has others queued behind it, as a
