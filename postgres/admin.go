@@ -15,11 +15,14 @@ func (dialect) Admin(t sqllock.Table) sqllock.Admin {
 		" UNION ALL SELECT l.pid::bigint FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted" +
 		" AND ((l.classid::bigint << 32) | l.objid::bigint) = " + keySQL(t)
 	return sqllock.Admin{
-		Holder:  []string{holder},
-		Kill:    "SELECT pg_terminate_backend($1::int)",
-		Alive:   "SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int",
-		Expire:  "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 RETURNING true",
-		Waiters: "SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock' AND (" + holder + " LIMIT 1) = ANY(pg_blocking_pids(a.pid))",
+		Holder: []string{holder},
+		Kill:   "SELECT pg_terminate_backend($1::int)",
+		Alive:  "SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int",
+		Expire: "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 RETURNING true",
+		// Sessions waiting for the holder's row or key, and the version
+		// strategy's queued waiters.
+		Waiters: "SELECT count(*) + (SELECT coalesce(sum(" + liveWaiters("t.queue") + "), 0) FROM " + t.Q + " t WHERE t.name = $1) FROM pg_stat_activity a" +
+			" WHERE a.wait_event_type = 'Lock' AND (" + holder + " LIMIT 1) = ANY(pg_blocking_pids(a.pid))",
 	}
 }
 

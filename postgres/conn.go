@@ -79,28 +79,30 @@ func (p *pool) MaxConns() int { return int(p.p.Config().MaxConns) }
 func (p *pool) InUse() int { return int(p.p.Stat().AcquiredConns()) }
 
 // Listen opens a dedicated connection (taken out of the pool for good)
-// that LISTENs on channel.
-func (p *pool) Listen(ctx context.Context, channel string) (sqllock.Listening, error) {
+// that LISTENs on channels.
+func (p *pool) Listen(ctx context.Context, channels ...string) (sqllock.Listening, error) {
 	c, err := p.p.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	pc := c.Hijack()
-	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		pc.Close(context.Background())
-		return nil, err
+	for _, ch := range channels {
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			pc.Close(context.Background())
+			return nil, err
+		}
 	}
 	return &listening{c: pc}, nil
 }
 
 type listening struct{ c *pgx.Conn }
 
-func (l *listening) Next(ctx context.Context) (string, error) {
+func (l *listening) Next(ctx context.Context) (channel, payload string, err error) {
 	n, err := l.c.WaitForNotification(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return n.Payload, nil
+	return n.Channel, n.Payload, nil
 }
 
 func (l *listening) Close() {

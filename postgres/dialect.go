@@ -71,8 +71,12 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	acquired_at timestamptz,
 	expires_at timestamptz,
 	session bigint,
-	waiters_until timestamptz)`),
-		sqllock.S(addWaitersUntil(t)),
+	waiters_until timestamptz,
+	queue jsonb,
+	granted_to text)`),
+		sqllock.S(addColumn(t, "waiters_until", "timestamptz")),
+		sqllock.S(addColumn(t, "queue", "jsonb")),
+		sqllock.S(addColumn(t, "granted_to", "text")),
 		sqllock.S("CREATE UNLOGGED TABLE IF NOT EXISTS " + t.Live + " (since timestamptz NOT NULL DEFAULT now())"),
 		sqllock.S(createSeq(t)),
 		sqllock.S(createSem(t)),
@@ -80,13 +84,16 @@ func (dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	}
 }
 
-// addWaitersUntil adds the column waiters_until (the registry of waiters,
-// RegisterWaiters) to a table created before it existed. ALTER TABLE
-// would wait for every open transaction on the table (each held forupdate
-// lease) even when the column exists, so it runs only when missing.
-func addWaitersUntil(t sqllock.Table) string {
+// addColumn adds a column to a lock table created before it existed
+// (waiters_until: the registry of waiters of releases before the grant
+// queue; queue and granted_to: the version strategy's grant queue,
+// VersionWait, and the channel of the waiter it granted the lease to).
+// ALTER TABLE would wait for every open transaction on the table (each
+// held forupdate lease) even when the column exists, so it runs only when
+// missing.
+func addColumn(t sqllock.Table, name, typ string) string {
 	return "DO $dlock$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(" + quoteLiteral(t.Q) +
-		") AND attname = 'waiters_until' AND NOT attisdropped) THEN ALTER TABLE " + t.Q + " ADD COLUMN waiters_until timestamptz; END IF; END $dlock$"
+		") AND attname = '" + name + "' AND NOT attisdropped) THEN ALTER TABLE " + t.Q + " ADD COLUMN " + name + " " + typ + "; END IF; END $dlock$"
 }
 
 func (dialect) FoldIdent(ident string) string { return strings.ToLower(ident) }
@@ -404,30 +411,16 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		" set_config('application_name', current_setting('dlock.app'), false) a", advisoryKey(t, r.Name))}
 }
 
-// VersionAcquire takes the lease when it is free or expired. When it is
-// not, and r.Register asks for it, reg registers the name's waiters in
-// the same statement: the ON CONFLICT that found the lease held has
-// locked the row, so a release that follows reads the registration. (A
-// data-modifying WITH runs whether or not it is read; reg writes only
-// when up granted nothing: a statement never writes a row twice.)
+// VersionAcquire takes the lease when it is free or expired (TryAcquire:
+// it never queues).
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	// Without a registration to make, the statement has no reg: a
-	// data-modifying WITH costs every attempt its executor even when it
-	// writes nothing.
-	reg, args := "", []any{r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce}
-	if r.Register > 0 {
-		reg = `,
-reg AS (UPDATE ` + t.Q + ` SET waiters_until = greatest(waiters_until, now() + $5::bigint * interval '1 microsecond')
-	WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up) RETURNING 1)`
-		args = append(args, sqllock.Micros(r.Register))
-	}
 	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
 up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
 	WHERE t.expires_at IS NULL OR t.expires_at <= now()
-	RETURNING t.fence)`+reg+`
-SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, args...)}
+	RETURNING t.fence)
+SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -435,44 +428,134 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 		r.Name, r.Token, sqllock.Micros(r.TTL))}
 }
 
-// notifyWaiters notifies the channel $3 of the release of r.name when a
-// registration of waiters (r.waiters_until) is in force; NULL otherwise.
-// RETURNING gives the row as updated, so a registration committed before
-// the release's UPDATE locked the row is read (the server re-reads a row
-// whose lock it waited for). CASE evaluates pg_notify only when it
-// applies.
-const notifyWaiters = "CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END"
+// nowMicros is the server's now() in microseconds since the epoch: the
+// clock of the grant queue's entries.
+const nowMicros = "(extract(epoch FROM now()) * 1e6)::bigint"
 
-// VersionRelease frees the lease and, only when the name has waiters
-// registered, notifies them: a NOTIFY costs the transaction tens of
-// microseconds even with nobody listening.
+// entries lists the elements x of the grant queue q with their
+// positions i (1, 2, …).
+func entries(q string) string {
+	return "jsonb_array_elements(" + q + ") WITH ORDINALITY AS q(x, i)"
+}
+
+// liveWaiters counts the entries of the grant queue q that have not
+// expired (handover).
+func liveWaiters(q string) string {
+	return "(SELECT count(*) FROM " + entries(q) + " WHERE (x->>'e')::bigint > " + nowMicros + ")"
+}
+
+// handover is the statement that ends a holder's lease and hands it to
+// the first live waiter of the row's grant queue (column queue: entries
+// {"w": nonce, "o": owner, "t": TTL µs, "c": channel, "e": expiry µs on
+// the server's clock}, in arrival order), in one round trip: match picks
+// the row (with $1 the name and $2 the token or the nonce), held says
+// whether its lease is the one to end, and an entry of nonce me (SQL;
+// "NULL" for none) leaves the queue whatever held says.
+//
+// One UPDATE computes the row's new values from the queue in one
+// sub-SELECT evaluated on the row as updated (its scans of the queue
+// guarded, so that a release with nobody queued costs little more than
+// a plain UPDATE): a waiter that queued while
+// the UPDATE waited for the row's lock is seen. The first entry that has
+// not expired is granted: the row gets its nonce (session), owner, a new
+// token, its TTL from now and its Locker's channel (granted_to), the
+// entries up to it leave the queue (the ones before it had expired: their
+// waiters died), and that channel is notified "<nonce> <token>". With no
+// live entry the lease is freed, and the table's channel $3 is notified
+// of the name while waiters of earlier versions registered in
+// waiters_until.
+func handover(t sqllock.Table, match, held, me string) string {
+	// vars of the jsonpath filters: the server's now in microseconds and
+	// the nonce to leave out (JSON null for none).
+	vars := "jsonb_build_object('n', " + nowMicros + ", 'me', " + me + ")"
+	// h is the entry granted (NULL: none); none is looked for while the
+	// queue is empty (NULL), so that such a release costs what a plain
+	// UPDATE does.
+	h := "(CASE WHEN t.queue IS NOT NULL AND " + held + " THEN jsonb_path_query_first(t.queue, '$[*] ? (@.e > $n && @.w != $me)', " + vars + ") END)"
+	return "WITH up AS (UPDATE " + t.Q + " AS t SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (\n" +
+		"\t\tCASE WHEN " + h + " IS NULL THEN t.fence ELSE " + nextval(t) + " END, coalesce(" + h + "->>'o', t.owner), coalesce((" + h + "->>'w')::bigint, t.session),\n" +
+		"\t\tCASE WHEN " + h + " IS NULL THEN t.acquired_at ELSE now() END,\n" +
+		"\t\tCASE WHEN " + h + " IS NOT NULL THEN now() + (" + h + "->>'t')::bigint * interval '1 microsecond' WHEN " + held + " THEN NULL ELSE t.expires_at END,\n" +
+		"\t\tCASE WHEN t.queue IS NOT NULL THEN nullif(jsonb_path_query_array(t.queue, '$[*] ? (@.e > $n && @.w != $me && @.w != $h)', " + vars + " || jsonb_build_object('h', " + h + "->'w')), '[]') END,\n" +
+		"\t\t" + h + "->>'c')\n" +
+		"\tWHERE t.name = $1 AND (" + match + ") RETURNING t.session, t.fence, t.granted_to, t.expires_at, t.waiters_until)\n" +
+		"SELECT (CASE WHEN granted_to IS NOT NULL THEN pg_notify(granted_to, session || ' ' || fence) WHEN expires_at IS NULL AND waiters_until > now() THEN pg_notify($3, $1) END) IS NULL FROM up"
+}
+
+// VersionRelease frees the lease when nobody is queued for it, in the
+// statement of releases before the grant queue with one more condition
+// (the queue is empty, read on the row as updated): no row when waiters
+// are queued, and VersionHandover then hands the lease on. It notifies
+// the table's channel while waiters of earlier versions registered in
+// waiters_until.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING name, waiters_until)"+
-		" SELECT ("+notifyWaiters+") IS NULL FROM r",
+	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() AND queue IS NULL RETURNING name, waiters_until)"+
+		" SELECT (CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END) IS NULL FROM r",
 		r.Name, r.Token, r.Channel)}
 }
 
-func (dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND session = $2 AND expires_at > now() RETURNING name, waiters_until)"+
-		" SELECT count("+notifyWaiters+") FROM r",
-		r.Name, r.Nonce, r.Channel)}
+// VersionHandover frees the lease or hands it to the first live waiter
+// of its grant queue (handover): one statement, one round trip.
+func (dialect) VersionHandover(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S(handover(t, "fence = $2 AND expires_at > now()", "true", "NULL"), r.Name, r.Token, r.Channel)}
 }
 
-var _ sqllock.WaitRegistry = dialect{}
+// VersionAbort takes the attempt r.Nonce back: its entry leaves the grant
+// queue, and a lease granted to it (by its own statement, whose reply was
+// lost, or by a release while it gave up waiting) is freed or handed on.
+func (dialect) VersionAbort(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	mine := "session = $2 AND expires_at > now()"
+	return []sqllock.Stmt{sqllock.S(handover(t, mine+" OR queue @> jsonb_build_array(jsonb_build_object('w', $2::bigint))", mine, "$2::bigint"), r.Name, r.Nonce, r.Channel)}
+}
 
-// RegisterWaiters records in waiters_until that names have waiters, for
-// d on the server's clock, creating free rows for names without one (a
-// name first locked after the registration must see it). Its commit
-// need not be flushed (synchronous_commit off, local to the batch's
-// implicit transaction): a crash of the server also ends every LISTEN,
-// and with it the waiters' wait.
-func (dialect) RegisterWaiters(t sqllock.Table, names []string, d time.Duration) []sqllock.Stmt {
-	return []sqllock.Stmt{
-		sqllock.S("SELECT set_config('synchronous_commit', 'off', true)"),
-		sqllock.S("INSERT INTO "+t.Q+" AS t (name, waiters_until) SELECT n, now() + $2::bigint * interval '1 microsecond' FROM unnest($1::text[]) WITH ORDINALITY AS u(n, i) ORDER BY i"+
-			" ON CONFLICT (name) DO UPDATE SET waiters_until = greatest(t.waiters_until, excluded.waiters_until)",
-			names, sqllock.Micros(d)),
-	}
+var _ sqllock.VersionQueuer = dialect{}
+
+// VersionWait is a blocking Acquire's attempt and its waiter's renewal,
+// in one statement. On a free or expired lease whose grant queue
+// (handover) has no live entry before r.Nonce's, it takes the lease; on
+// one with such an entry, it grants the lease to the first (notifying
+// its channel, as a release does: a holder expired without a release
+// hands on in order) and queues r.Nonce; on a lease a release granted to
+// r.Nonce already (its notification lost or not yet read) it restarts
+// the TTL and takes it; on a lease held by another it queues r.Nonce at
+// the back, with its owner, TTL and channel, for entry on the server's
+// clock, or renews its entry in place. Entries that expired leave the
+// queue on the way. The row's ON CONFLICT lock orders the statement with
+// every release: a release after it sees the entry.
+func (dialect) VersionWait(t sqllock.Table, r sqllock.Req, entry time.Duration) []sqllock.Stmt {
+	const (
+		me   = "$4::bigint"
+		mine = "(x->>'w')::bigint = " + me
+		free = "(t.expires_at IS NULL OR t.expires_at <= now())"
+	)
+	live := "(x->>'e')::bigint > " + nowMicros
+	exp := nowMicros + " + $6::bigint"
+	other := "h.x IS NOT NULL AND (h.x->>'w')::bigint <> " + me // the first live entry is another's
+	grant := free + " AND " + other                             // hand on to it
+	take := free + " AND NOT (" + other + ")"
+	cut := "CASE WHEN " + grant + " THEN h.i ELSE 0 END"
+	keep := "CASE WHEN t.queue IS NOT NULL THEN (SELECT jsonb_agg(x ORDER BY i) FROM " + entries("t.queue") + " WHERE " + live + " AND NOT " + mine + ") END"
+	queued := "coalesce(CASE WHEN t.queue IS NOT NULL THEN (SELECT jsonb_agg(CASE WHEN " + mine + " THEN x || jsonb_build_object('e', " + exp + ") ELSE x END ORDER BY i) FROM " + entries("t.queue") +
+		" WHERE i > " + cut + " AND (" + live + " OR " + mine + ")) END, '[]'::jsonb) ||\n" +
+		"\t\t\tCASE WHEN t.queue IS NOT NULL AND EXISTS (SELECT FROM " + entries("t.queue") + " WHERE i > " + cut + " AND " + mine + ") THEN '[]'::jsonb" +
+		" ELSE jsonb_build_array(jsonb_build_object('w', " + me + ", 'o', $2::text, 't', $3::bigint, 'c', $5::text, 'e', " + exp + ")) END"
+	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
+up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', `+me+`)
+	ON CONFLICT (name) DO UPDATE SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (SELECT
+		CASE WHEN `+free+` THEN `+nextval(t)+` ELSE t.fence END,
+		CASE WHEN `+grant+` THEN h.x->>'o' WHEN `+take+` THEN $2::text ELSE t.owner END,
+		CASE WHEN `+grant+` THEN (h.x->>'w')::bigint WHEN `+take+` THEN `+me+` ELSE t.session END,
+		CASE WHEN `+free+` THEN now() ELSE t.acquired_at END,
+		CASE WHEN `+grant+` THEN now() + (h.x->>'t')::bigint * interval '1 microsecond'
+			WHEN `+take+` OR t.session = `+me+` THEN now() + $3::bigint * interval '1 microsecond' ELSE t.expires_at END,
+		CASE WHEN `+take+` OR (NOT `+free+` AND t.session = `+me+`) THEN `+keep+`
+			ELSE `+queued+` END,
+		CASE WHEN `+grant+` THEN h.x->>'c' END
+		FROM (SELECT) o LEFT JOIN LATERAL (SELECT x, i FROM `+entries("t.queue")+` WHERE t.queue IS NOT NULL AND `+live+` ORDER BY i LIMIT 1) h ON true)
+	RETURNING t.fence, t.session, t.granted_to, t.queue IS NOT NULL AS queued)
+SELECT (SELECT CASE WHEN session = `+me+` THEN fence WHEN granted_to IS NOT NULL AND pg_notify(granted_to, session || ' ' || fence) IS NULL THEN NULL END FROM up),
+	(SELECT rem FROM prev), (SELECT queued FROM up)`,
+		r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Channel, sqllock.Micros(entry))}
 }
 
 // quoteLiteral quotes a validated identifier as a string literal.

@@ -53,16 +53,32 @@
 //   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
 //     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
 //     computed by the server's clock; refresh and release are conditional
-//     on the grant's token. No connection is pinned. Waiters are woken by
-//     LISTEN/NOTIFY (one listening connection per Locker, one channel per
-//     lock table, the payload is the name) and by the holder's remaining
-//     TTL when it expires without a release. A release notifies only a
-//     name with waiters: a Locker whose Acquire waits records that in the
-//     name's row (column waiters_until, 10s ahead on the server's clock,
-//     renewed every 3.3s while it has waiters) after its LISTEN is active
-//     and before its next attempt, and the release reads it in the same
-//     UPDATE; a registration outlives its last waiter by at most 10s (a
-//     few notifications nobody needs).
+//     on the grant's token. No connection is pinned. Waiters queue in the
+//     name's row (column queue: nonce, owner, TTL, the Locker's grant
+//     channel and the entry's expiry on the server's clock, in arrival
+//     order), and the release hands the lease over in its own statement:
+//     one UPDATE frees the row or, when a waiter's entry is live, sets it
+//     to that waiter's owner and nonce with a new token and the waiter's
+//     TTL from now, and NOTIFYs the waiter's Locker on its own channel
+//     (dlock_<table hash>_<Locker id>, one listening connection per
+//     Locker that has waited) with "<nonce> <token>": the waiter takes
+//     the grant with no request of its own, refreshing it once if it
+//     last renewed its entry more than a quarter of its TTL before. A
+//     waiter renews its entry every quarter of its TTL (between 10ms and
+//     1s; an entry lasts 3s), which also takes a grant whose notification
+//     was lost, and, when the holder's lease ended without a release,
+//     hands the lock to the first live waiter; a dead waiter's entry
+//     expires and is skipped. So waiters are served in arrival order
+//     (Capabilities.Fair; a TryAcquire still takes a lease that expired
+//     unreleased). A waiter queues only once its Locker listens: a
+//     Locker's first wait tries once and then starts its listener. A
+//     cancelled Acquire takes its entry out and hands on a grant that
+//     reached it meanwhile (twice, 100ms apart). A release with nobody
+//     queued NOTIFYs nobody (but the waiters of earlier versions of
+//     dlock, registered in waiters_until); a release by an earlier
+//     version grants nobody, and the queued waiters' renewals take the
+//     lock. migrate adds the columns queue and granted_to to a table of
+//     an earlier version.
 //   - advisory: pg_advisory_lock on a pinned connection (the 64-bit key
 //     is the first 8 bytes of SHA-256 over the table's and the lock's
 //     names: two names collide with probability 2^-64 per pair, and then
@@ -144,8 +160,9 @@
 // # Inspect
 //
 // Locker.Inspect (dlock status) reports, on every strategy, whether the
-// lock is held, its holder's AcquireOptions.Owner and token, and (except
-// version, whose waiters queue nowhere) the sessions waiting for it.
+// lock is held, its holder's AcquireOptions.Owner and token, and its
+// waiters (version: the live entries of the row's queue; the others: the
+// sessions queued for it).
 // forupdate and advisory find the holder's session in pg_locks (for
 // forupdate, the transaction that locked the row) and read its owner and
 // token from its application_name, which a grant sets, in the statement

@@ -15,8 +15,8 @@ import "github.com/dlock-go/dlock/internal/sqllock"
 //     key in this database; token and owner as above; waiters are the
 //     sessions queued for the key. No row is written: a free lock's fence
 //     is unknown.
-//   - version: the lease row tells it all but the waiters, who poll or
-//     listen and queue nowhere.
+//   - version: the lease row tells it all; the waiters are the live
+//     entries of its grant queue (handover).
 func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	// owner and token of the holder pid h.pid, from its announcement.
 	app := "(SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = (SELECT pid FROM h))"
@@ -40,6 +40,6 @@ SELECT EXISTS (SELECT 1 FROM h), `+ownerOf+`, `+tokenOf+`, NULL::bigint,
 	(SELECT count(*) FROM pg_locks l WHERE `+key+` AND NOT l.granted)`, advisoryKey(t, r.Name))}
 	}
 	return []sqllock.Stmt{sqllock.S(`SELECT COALESCE(t.expires_at > now(), false), t.owner, t.fence,
-	(extract(epoch FROM t.expires_at - now()) * 1e6)::bigint, NULL::bigint
+	(extract(epoch FROM t.expires_at - now()) * 1e6)::bigint, `+liveWaiters("t.queue")+`
 FROM (SELECT $1::text AS name) q LEFT JOIN `+t.Q+` t ON t.name = q.name`, r.Name)}
 }

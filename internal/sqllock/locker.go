@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +51,8 @@ type Locker struct {
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
 
 	hub *hub
+	// id names this Locker's grant channel (VersionQueuer).
+	id string
 }
 
 var (
@@ -58,11 +62,14 @@ var (
 	_ driver.Watcher       = watching{}
 	_ driver.Blocker       = blockingWatching{}
 	_ driver.Watcher       = blockingWatching{}
+	_ driver.Blocker       = queueing{}
+	_ driver.Watcher       = queueing{}
 
 	// Tests reach the core of any driver New returns through Core.
 	_ interface{ Core() *Locker } = blocking{}
 	_ interface{ Core() *Locker } = watching{}
 	_ interface{ Core() *Locker } = blockingWatching{}
+	_ interface{ Core() *Locker } = queueing{}
 )
 
 // blocking is a pinned-strategy Locker: the server's lock queue is the wait.
@@ -123,21 +130,13 @@ func newLocker(cfg Config) *Locker {
 		t:        cfg.Table,
 		migrate:  cfg.Migrate,
 		pinned:   make(map[*pinnedLease]struct{}),
+		id:       strconv.FormatUint(rand.Uint64(), 36),
 	}
 	l.caps = capabilities(cfg)
-	if n, ok := cfg.Pool.(Notifier); ok && cfg.Strategy == Version {
-		var register func(context.Context, []string) error
-		if reg, ok := cfg.Dialect.(WaitRegistry); ok {
-			// l.t is the resolved table by then: the hub starts after ensure.
-			register = func(ctx context.Context, names []string) error {
-				_, err := cfg.Pool.Run(ctx, reg.RegisterWaiters(l.t, names, registerFor))
-				return err
-			}
-		}
-		l.hub = newHub(n, l.t.Channel, register)
-	} else if ok && l.caps.MaxPermits > 0 {
-		// The pinned strategies' permits: their releases notify.
-		l.hub = newHub(n, l.t.Channel, nil)
+	if n, ok := cfg.Pool.(Notifier); ok && (cfg.Strategy == Version || l.caps.MaxPermits > 0) {
+		// Version locks' queued waiters and every strategy's semaphore
+		// waiters: their releases notify.
+		l.hub = newHub(n, l.t.Channel)
 	}
 	return l
 }
@@ -150,6 +149,8 @@ func (l *Locker) wrapped() driver.Locker {
 		return blockingWatching{blocking{l}}
 	case l.strategy == ForUpdate, l.strategy == Native:
 		return blocking{l}
+	case l.hub != nil && l.queues():
+		return queueing{watching{l}}
 	case l.hub != nil:
 		return watching{l}
 	}
@@ -188,6 +189,10 @@ func capabilities(cfg Config) driver.Capabilities {
 		c.Wait = driver.WaitPoll
 		if _, ok := cfg.Pool.(Notifier); ok {
 			c.Wait = driver.WaitNotify
+			if _, ok := cfg.Dialect.(VersionQueuer); ok {
+				// Waiters queue on the server, granted in arrival order.
+				c.Wait, c.Fair = driver.WaitQueue, true
+			}
 		}
 		c.ReleaseOnCrash = driver.ReleaseAfterTTL
 		c.Notes = joinNotes(c.Notes, versionNote)
@@ -346,8 +351,21 @@ func (l *Locker) ensure(ctx context.Context) error {
 	l.t = t
 	if l.hub != nil {
 		l.hub.channel = t.Channel
+		if l.queues() {
+			l.hub.grantChannel = t.Channel + "_" + l.id
+		}
 	}
 	l.ready = true
+	if l.queues() {
+		// The listener starts now, in the background, so that the first
+		// wait finds it running: a waiter granted the lease while its
+		// listener starts would keep the queue waiting until it renews.
+		l.goCleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			_ = l.hub.start(sctx)
+		})
+	}
 	return nil
 }
 

@@ -122,38 +122,38 @@ type Pool interface {
 // Notifier is implemented by pools whose database can notify listeners
 // (PostgreSQL LISTEN/NOTIFY).
 type Notifier interface {
-	// Listen opens a dedicated connection listening on channel.
-	Listen(ctx context.Context, channel string) (Listening, error)
+	// Listen opens a dedicated connection listening on channels.
+	Listen(ctx context.Context, channels ...string) (Listening, error)
 }
 
 // Listening is an open LISTEN.
 type Listening interface {
-	// Next blocks until a notification arrives and returns its payload.
-	Next(ctx context.Context) (string, error)
+	// Next blocks until a notification arrives and returns its channel
+	// and payload.
+	Next(ctx context.Context) (channel, payload string, err error)
 	Close()
 }
 
-// WaitRegistry is implemented by the dialect of a Notifier pool whose
-// version releases notify only the names that have registered waiters
-// (a NOTIFY costs the releasing transaction tens of microseconds even
-// with nobody listening). VersionRelease and VersionAbort then notify a
-// name only while a registration of it is in force. A VersionAcquire
-// with r.Register > 0 that is not granted registers the name in the same
-// statement (the hub asks for it when this Locker watches the name), and
-// RegisterWaiters renews the registrations while the waiters wait.
-//
-// No wake-up is lost: the portable layer watches (its LISTEN is active)
-// before the attempt whose failure registers the name, and that attempt
-// and a release write the same row, so the server orders them. A release
-// ordered after the attempt reads the registration and notifies; one
-// ordered before it freed the lock, and the attempt took it.
-type WaitRegistry interface {
-	// RegisterWaiters records that each of names (distinct, sorted) has
-	// waiters until the server's clock passes its now plus d, creating
-	// the name's row (free) if missing, and never shortening a longer
-	// registration. Losing it to a crash of the server is harmless (the
-	// crash also ends the LISTEN, and the waiters poll).
-	RegisterWaiters(t Table, names []string, d time.Duration) []Stmt
+// VersionQueuer is implemented by the dialect of a Notifier pool whose
+// version waiters queue in the server for a grant: a release hands the
+// lease to the first live waiter and notifies that waiter's Locker on its
+// grant channel with "<nonce> <token>", in the release's own statement
+// (one round trip from release to the next holder). VersionHandover and
+// VersionAbort grant to the queue; VersionAbort also takes r.Nonce's
+// entry out of it.
+type VersionQueuer interface {
+	// VersionWait takes the lease row when it is free or expired, or
+	// when a release granted it to r.Nonce already (its TTL then starts
+	// again); otherwise it queues r.Nonce (owner, TTL, grant channel
+	// r.Channel) behind the waiters queued before it, for entry on the
+	// server's clock, or renews its entry in place. One row: the token
+	// (NULL when queued), the microseconds the current holder's lease
+	// still lasts (NULL when unknown), and whether waiters are queued.
+	VersionWait(t Table, r Req, entry time.Duration) []Stmt
+	// VersionHandover frees r.Token's lease, or hands it to the first
+	// live waiter: a row when it was held. (VersionRelease frees it only
+	// when nobody is queued, and returns no row otherwise.)
+	VersionHandover(t Table, r Req) []Stmt
 }
 
 // Kind classifies a database error.
@@ -187,9 +187,6 @@ type Req struct {
 	Token int64
 	// Channel is the notification channel (version release).
 	Channel string
-	// Register: a VersionAcquire that is not granted registers the
-	// name's waiters for this long (WaitRegistry; 0: it does not).
-	Register time.Duration
 	// Missed: Abort follows a Lock that returned no row without an error
 	// (not granted; for ForUpdate, no row for the name).
 	Missed bool
@@ -263,17 +260,16 @@ type Dialect interface {
 	// last statement returns a row, it is true when the lock was held.
 	Unlock(s Strategy, t Table, r Req) []Stmt
 
-	// VersionAcquire takes the lease row when free or expired (and when
-	// not, registers waiters if r.Register > 0, WaitRegistry). One row:
+	// VersionAcquire takes the lease row when free or expired. One row:
 	// the token (NULL when held by another) and the microseconds the
 	// current holder's lease still lasts (NULL when unknown). No row
 	// means that name has no row yet: EnsureRow, then try again.
 	VersionAcquire(t Table, r Req) []Stmt
 	// VersionRefresh extends r.Token's lease: a row when it was held.
 	VersionRefresh(t Table, r Req) []Stmt
-	// VersionRelease frees r.Token's lease and notifies r.Channel (only
-	// while the name has waiters registered, for a WaitRegistry): a row
-	// when it was held.
+	// VersionRelease frees r.Token's lease (for a VersionQueuer: or
+	// hands it to the first live waiter) and may notify r.Channel, the
+	// table's: a row when it was held.
 	VersionRelease(t Table, r Req) []Stmt
 	// VersionAbort frees the lease that the attempt r.Nonce may have been
 	// granted (its reply lost to a cancelled context or a broken

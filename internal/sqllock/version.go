@@ -17,12 +17,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: rand.Int64N(math.MaxInt64) + 1, Channel: l.t.Channel}
-	var gen uint64
-	if l.hub != nil {
-		r.Register, gen = l.hub.registration(req.Name)
-	}
-	start := time.Now()
+	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: newNonce(), Channel: l.t.Channel}
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err == nil && !found {
@@ -43,9 +38,6 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 	}
 	if !found || token == nil {
-		if found && r.Register > 0 {
-			l.hub.registered([]string{req.Name}, start, gen)
-		}
 		e := &driver.NotAcquiredError{}
 		if remaining != nil && *remaining > 0 {
 			e.RetryAfter = FromMicros(*remaining)
@@ -53,9 +45,11 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, fmt.Errorf("%s: %w", l.d.Backend(), e)
 	}
 	r.Token = *token
-	r.Register = 0
 	return &versionLease{l: l, r: r}, nil
 }
+
+// newNonce returns an attempt's nonce (Req.Nonce): positive, random.
+func newNonce() int64 { return rand.Int64N(math.MaxInt64) + 1 }
 
 // abortVersion frees the lease that attempt r may have been granted,
 // with a fresh bounded context (ctx may be cancelled): at once, and once
@@ -87,9 +81,18 @@ type versionLease struct {
 	r Req
 	// sem is set for a semaphore's slot.
 	sem SemDialect
+	// at is when a queued waiter's lease began at the latest (zero: at
+	// the start of the request that took it; driver.Granted).
+	at time.Time
+	// queued: waiters were queued when the lease was granted (its
+	// release hands over at once, VersionQueuer).
+	queued bool
 }
 
+var _ driver.Granted = (*versionLease)(nil)
+
 func (v *versionLease) Token() uint64         { return uint64(v.r.Token) }
+func (v *versionLease) GrantedAt() time.Time  { return v.at }
 func (v *versionLease) Lost() <-chan struct{} { return nil }
 
 // Refresh moves the expiry to the server's now plus ttl, if still held.
@@ -102,21 +105,48 @@ func (v *versionLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return v.cond(ctx, "refresh", v.l.d.VersionRefresh(v.l.t, r))
 }
 
-// Release frees the row if still held and wakes the waiters.
+// Release frees the row if still held and wakes the waiters. With a
+// VersionQueuer it hands the lease to the first queued waiter
+// (VersionHandover) when the lease was granted with waiters queued;
+// otherwise it tries the plain release, which frees nothing when waiters
+// have queued since, and then hands over (a second round trip, on the
+// first contended release only).
 func (v *versionLease) Release(ctx context.Context) error {
 	r := v.r
 	r.Channel = v.l.t.Channel
 	if v.sem != nil {
 		return v.cond(ctx, "release", v.sem.SemVersionRelease(v.l.t, r))
 	}
-	return v.cond(ctx, "release", v.l.d.VersionRelease(v.l.t, r))
+	q, queues := v.l.d.(VersionQueuer)
+	if queues && v.queued {
+		return v.cond(ctx, "release", q.VersionHandover(v.l.t, r))
+	}
+	found, err := v.run(ctx, "release", v.l.d.VersionRelease(v.l.t, r))
+	if err != nil || found || !queues {
+		return v.held(found, err, "release")
+	}
+	return v.cond(ctx, "release", q.VersionHandover(v.l.t, r))
 }
 
 func (v *versionLease) cond(ctx context.Context, op string, script []Stmt) error {
+	found, err := v.run(ctx, op, script)
+	return v.held(found, err, op)
+}
+
+// run runs a refresh or release script: whether it found the lease.
+func (v *versionLease) run(ctx context.Context, op string, script []Stmt) (bool, error) {
 	var ok bool
 	found, err := v.l.pool.Run(ctx, script, &ok)
 	if err != nil {
-		return ctxErr(ctx, v.l.errorf("%s %q: %w", op, v.r.Name, err))
+		return false, ctxErr(ctx, v.l.errorf("%s %q: %w", op, v.r.Name, err))
+	}
+	return found, nil
+}
+
+// held is op's outcome: err, or ErrNotHeld when it did not find the lease.
+func (v *versionLease) held(found bool, err error, op string) error {
+	if err != nil {
+		return err
 	}
 	if !found {
 		return v.l.errorf("%s %q: %w (expired or taken over)", op, v.r.Name, driver.ErrNotHeld)
