@@ -61,7 +61,7 @@
 //     to that waiter's owner and nonce with a new token and the waiter's
 //     TTL from now, and NOTIFYs the waiter's Locker on its own channel
 //     (dlock_<table hash>_<Locker id>, one listening connection per
-//     Locker that has waited) with "<nonce> <token>": the waiter takes
+//     Locker, opened in the background at the Locker's first use) with "<nonce> <token>": the waiter takes
 //     the grant with no request of its own, refreshing it once if it
 //     last renewed its entry more than a quarter of its TTL before. A
 //     waiter renews its entry every quarter of its TTL (between 10ms and
@@ -70,8 +70,10 @@
 //     hands the lock to the first live waiter; a dead waiter's entry
 //     expires and is skipped. So waiters are served in arrival order
 //     (Capabilities.Fair; a TryAcquire still takes a lease that expired
-//     unreleased). A waiter queues only once its Locker listens: a
-//     Locker's first wait tries once and then starts its listener. A
+//     unreleased). A blocking Acquire tries once with TryAcquire's
+//     statement and queues only when that fails; if its Locker's listener
+//     is not running yet (still connecting, or lost), it starts one and
+//     queues all the same, in its arrival's place. A
 //     cancelled Acquire takes its entry out and hands on a grant that
 //     reached it meanwhile (twice, 100ms apart). A release with nobody
 //     queued NOTIFYs nobody (but the waiters of earlier versions of
