@@ -72,8 +72,9 @@
 //     (Capabilities.Fair; a TryAcquire still takes a lease that expired
 //     unreleased). A blocking Acquire tries once with TryAcquire's
 //     statement and queues only when that fails; if its Locker's listener
-//     is not running yet (still connecting, or lost), it starts one and
-//     queues all the same, in its arrival's place. A
+//     is not running yet (still connecting, or lost), it queues all the
+//     same, in its arrival's place, then starts one and renews at once,
+//     which takes a grant made meanwhile. A
 //     cancelled Acquire takes its entry out and hands on a grant that
 //     reached it meanwhile (twice, 100ms apart). A release with nobody
 //     queued NOTIFYs nobody (but the waiters of earlier versions of
