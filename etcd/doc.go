@@ -99,7 +99,11 @@
 //     acknowledged writes, and with them revisions already handed out.
 //   - Renewals go over one keep-alive stream per Locker. Refresh renews the
 //     etcd lease and checks that the key is still there; a lease the server
-//     dropped is ErrNotHeld. A watch on the holder's key, from 100ms after
+//     dropped is ErrNotHeld. The refreshes of a Locker's leases that come
+//     within a 200th of the TTL (at most 20ms) of each other go together:
+//     their renewals in one write on the stream, the reads of their keys
+//     in one read-only transaction, in flight together; a refresh's
+//     renewal counts from the batch's send. A watch on the holder's key, from 100ms after
 //     the grant, reports a loss (its deletion) at once, before the next
 //     renewal would.
 //   - Release deletes the key only if it still has its create revision
