@@ -21,17 +21,11 @@ import (
 // etcd lease was revoked are not held, the 18 others are.
 func TestRefreshBatch(t *testing.T) {
 	const n = 20
-	s := testenv.NewEtcd(t, nil)
-	ctx := testenv.Context(t, time.Minute)
-	prefix := fmt.Sprintf("/dlocktest/refresh-%d", time.Now().UnixNano())
-	l, err := dlock.Open(ctx, s.URL+prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	ctx, s, prefix, l := openFresh(t, "refresh")
 	opts := &dlock.AcquireOptions{TTL: 30 * time.Second}
 	leases := make([]*dlock.Lease, n)
 	for i := range leases {
+		var err error
 		if leases[i], err = l.Acquire(ctx, fmt.Sprint("n", i), opts); err != nil {
 			t.Fatal(err)
 		}
