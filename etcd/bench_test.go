@@ -115,7 +115,7 @@ func BenchmarkUncontended(b *testing.B) {
 //	go test -run '^$' -bench Requests -benchtime 400x ./
 func BenchmarkRequests(b *testing.B) {
 	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
-	for _, w := range []int{1, 8} {
+	for _, w := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("lockers=%d", w), func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
 			prefix := fmt.Sprintf("/dlockbench-req/%d", time.Now().UnixNano())
