@@ -40,7 +40,16 @@ type attempt struct {
 	// revision of that read.
 	pred     *mvccpb.KeyValue
 	predSeen int64
+	// below is every key below ours (name → create revision) when
+	// enqueue's transaction read the whole queue (at most maxBelow keys
+	// ahead), else nil: wait then watches their deletes and its own key
+	// on one watch, which proves the grant without a read (see wait).
+	below map[string]int64
 }
+
+// maxBelow is the most keys ahead of ours that enqueue reads to know them
+// all (a longer queue is waited on by the predecessor's watch alone).
+const maxBelow = 8
 
 // enqueue takes a spare etcd lease of the TTL (or grants one) and
 // creates the key under it in one transaction that also reads what decides
@@ -118,26 +127,34 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 	}
 	if resp.Succeeded && a.permits == 0 {
 		// Our key is the newest (created by this transaction): the
-		// second newest is the predecessor.
-		if p := q.Kvs; len(p) == 2 && p[0].CreateRevision == a.rev {
+		// second newest is the predecessor, and when the range holds
+		// the whole queue, the others are every key below ours.
+		if p := q.Kvs; len(p) >= 2 && p[0].CreateRevision == a.rev {
 			a.pred, a.predSeen = p[1], resp.Header.Revision
+			if q.Count == int64(len(p)) {
+				a.below = make(map[string]int64, len(p)-1)
+				for _, kv := range p[1:] {
+					a.below[string(kv.Key)] = kv.CreateRevision
+				}
+			}
 		}
 	}
 	return q, nil
 }
 
 // enqueueOps are enqueue's operations when our key is absent: create it
-// and read what decides the grant: a lock's two newest keys, ours (the
-// newest: this transaction creates it) and the predecessor, which is there
-// if and only if ours is not the lowest (one range, keys only, where the
-// lowest key and the predecessor took two); a semaphore's queueOp.
+// and read what decides the grant: a lock's newest keys, ours (the
+// newest: this transaction creates it), the predecessor, which is there
+// if and only if ours is not the lowest, and the keys below it up to
+// maxBelow, with the count of the queue's keys, which says whether that
+// was all of them (one range, keys only); a semaphore's queueOp.
 func (a *attempt) enqueueOps() []clientv3.Op {
 	put := clientv3.OpPut(a.key, a.value, clientv3.WithLease(a.id))
 	if a.permits > 0 {
 		return []clientv3.Op{put, a.queueOp()}
 	}
 	newest := clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(2), clientv3.WithKeysOnly())
+		clientv3.WithLimit(maxBelow+1), clientv3.WithKeysOnly())
 	return []clientv3.Op{put, newest}
 }
 
@@ -237,15 +254,44 @@ func (a *attempt) grant(at time.Time) *lease {
 	return ls
 }
 
-// wait waits until every key below ours is gone, watching only the
-// predecessor (the key with the greatest create revision below ours), so
-// that a release wakes one waiter, not the herd. It renews the etcd lease
-// every third of the TTL meanwhile. It returns errRequeue (after abandoning
-// the attempt) when our key vanished.
+// wait waits until every key below ours is gone. It renews the etcd
+// lease every third of the TTL meanwhile. It returns errRequeue (after
+// abandoning the attempt) when our key vanished.
+//
+// When enqueue read every key below ours (a.below), one watch covers
+// them and our own key: the delete that leaves none of them, with no
+// delete of ours up to it, proves the grant at that revision (no key
+// below ours, none can be created there later, and ours there, with the
+// etcd lease it lives under) without the read after the delete that a
+// handoff's critical path otherwise carries. The price: the delete of a
+// key ahead reaches every waiter behind it that watches this way, not
+// only the next. Otherwise (a longer queue, a watch that broke) it
+// watches only the predecessor (the key with the greatest create revision
+// below ours), and checks the grant with a read after its delete.
 func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 	tick := time.NewTicker(time.Duration(a.ttl) * time.Second / 3)
 	defer tick.Stop()
 	pause := func() error { return a.pause(ctx, tick.C) }
+	if below := a.below; below != nil {
+		a.below = nil
+		gone, err := a.waitDelete(ctx, below, true, a.rev, tick.C)
+		if err != nil {
+			return nil, err
+		}
+		if gone > 0 {
+			ls, _, err := a.grantWaited(ctx, gone, true)
+			switch {
+			case err == nil:
+				return ls, nil
+			case errors.Is(err, errRequeue) || ctx.Err() != nil:
+				return nil, err
+			}
+			if err := pause(); err != nil {
+				return nil, err
+			}
+			a.pred = nil // look again
+		}
+	}
 	// deleted: the revision from which the predecessor is gone (0: not
 	// seen gone), so we are likely first: try the grant at once, and look
 	// for a new predecessor only if a key below ours is still there (one
@@ -274,7 +320,7 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 		if pred == nil {
 			after := deleted
 			deleted = 0
-			ls, lowest, err := a.grantWaited(ctx, after)
+			ls, lowest, err := a.grantWaited(ctx, after, false)
 			switch {
 			case err == nil && lowest:
 				return ls, nil
@@ -289,7 +335,7 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			}
 			continue
 		}
-		gone, err := a.waitDelete(ctx, string(pred.Key), pred.CreateRevision, seen, tick.C)
+		gone, err := a.waitDelete(ctx, map[string]int64{string(pred.Key): pred.CreateRevision}, false, seen, tick.C)
 		if err != nil {
 			return nil, err
 		}
@@ -297,21 +343,24 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 	}
 }
 
-// waitDelete waits until the predecessor key, created at revision
-// createRev and there at revision seen, is deleted, renewing our lease on
-// each tick. It returns a revision from which the key is gone, or 0 when
-// the watch broke (the caller looks again). The watch is on the Locker's
-// own watch stream (watcher.go), and starts at the current revision, not
-// at a past one: etcd serves a watcher that starts in the past from its
-// "unsynced" group, which it catches up every 100ms, and a queue's
-// revision moves on between our look and the watch whenever it is busy,
-// so a watch from the look's revision waited up to 100ms after the
-// delete. The server's notice that the watch is created carries the
-// revision after which it sees every event: when that is seen or earlier,
-// the watch covers every revision since the key was seen; otherwise a
-// look finds a delete that came in between (the key gone, or its name
-// reused by a later key).
-func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
+// waitDelete waits until every key of set (name → create revision,
+// each there at revision seen) is deleted, and with own until then that
+// our key is not, renewing our lease on each tick. It returns a revision
+// from which the set's keys are gone, or 0 when the watch broke (the
+// caller looks again); with own, our key was still there at that
+// revision, and its delete is errRequeue (the attempt abandoned). The
+// watch is on the Locker's own watch stream (watcher.go), and starts at
+// the current revision, not at a past one: etcd serves a watcher that
+// starts in the past from its "unsynced" group, which it catches up every
+// 100ms, and a queue's revision moves on between our look and the watch
+// whenever it is busy, so a watch from the look's revision waited up to
+// 100ms after the delete. The server's notice that the watch is created
+// carries the revision after which it sees every event: when that is
+// seen or earlier, the watch covers every revision since the keys were
+// seen; otherwise a look finds a delete that came in between (a key gone,
+// or its name reused by a later key). A delete at seen or before is of an
+// earlier key of the same name.
+func (a *attempt) waitDelete(ctx context.Context, set map[string]int64, own bool, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
 	if testBeforeWatch != nil {
 		testBeforeWatch()
 	}
@@ -324,7 +373,26 @@ func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen in
 			return 0, ctx.Err()
 		}
 	}
-	dw, err := a.l.watcher.watchDelete(key, createRev)
+	names := make(map[string]bool, len(set))
+	from, end := "", ""
+	span := func(k string) {
+		if from == "" || k < from {
+			from = k
+		}
+		if k >= end {
+			end = k + "\x00"
+		}
+	}
+	for k := range set {
+		names[k] = true
+		span(k)
+	}
+	ownKey := ""
+	if own {
+		ownKey = a.key
+		span(ownKey)
+	}
+	dw, err := a.l.watcher.watchDelete(from, end, names, ownKey, seen)
 	if err != nil {
 		return broken()
 	}
@@ -336,20 +404,25 @@ func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen in
 			switch {
 			case rev == 0:
 				return broken()
+			case rev < 0:
+				a.abandon()
+				return 0, errRequeue
 			case created:
-				return rev, nil // the delete
+				return rev, nil // the last delete
 			}
 			created = true
-			if seen > 0 && rev <= seen {
-				continue // no revision unwatched since the key was seen
+			if rev <= seen {
+				continue // no revision unwatched since the keys were seen
 			}
-			g, err := a.l.cli.Get(ctx, key)
-			if err != nil {
+			gone, ownGone, at, err := a.look(ctx, set, own)
+			switch {
+			case err != nil:
 				return 0, nil // look again
+			case ownGone:
+				a.abandon()
+				return 0, errRequeue
 			}
-			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != createRev {
-				return g.Header.Revision, nil // gone already
-			}
+			a.l.watcher.forget(dw, gone, at)
 		case <-tick:
 			if err := a.keepAlive(ctx); err != nil {
 				return 0, err
@@ -358,6 +431,35 @@ func (a *attempt) waitDelete(ctx context.Context, key string, createRev, seen in
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// look reads, in one transaction, which keys of set (name → create
+// revision) are gone (or were replaced by a later key of the same name),
+// and with own whether our key is gone, at the revision at.
+func (a *attempt) look(ctx context.Context, set map[string]int64, own bool) (gone []string, ownGone bool, at int64, _ error) {
+	names := make([]string, 0, len(set)+1)
+	ops := make([]clientv3.Op, 0, len(set)+1)
+	for k := range set {
+		names = append(names, k)
+		ops = append(ops, clientv3.OpGet(k, clientv3.WithKeysOnly()))
+	}
+	if own {
+		ops = append(ops, clientv3.OpGet(a.key, clientv3.WithKeysOnly()))
+	}
+	resp, err := a.l.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, false, 0, err
+	}
+	there := func(i int, rev int64) bool {
+		kvs := resp.Responses[i].GetResponseRange().Kvs
+		return len(kvs) > 0 && kvs[0].CreateRevision == rev
+	}
+	for i, k := range names {
+		if !there(i, set[k]) {
+			gone = append(gone, k)
+		}
+	}
+	return gone, own && !there(len(names), a.rev), resp.Header.Revision, nil
 }
 
 // testBeforeWatch, set by a test only, runs before waitDelete's watch
@@ -426,7 +528,10 @@ func (a *attempt) keepAlive(ctx context.Context) error {
 // late as the predecessor's delete, with a lease the renewal (or the
 // spare second) proves alive. An answer from a member that lags is asked
 // again of the leader.
-func (a *attempt) grantWaited(ctx context.Context, after int64) (_ driver.Lease, lowest bool, _ error) {
+//
+// proven: the watch of every key below ours and of ours proved the grant
+// at revision after (see wait): only the renewal is left, if due.
+func (a *attempt) grantWaited(ctx context.Context, after int64, proven bool) (_ driver.Lease, lowest bool, _ error) {
 	at := time.Now()
 	var renewed chan error
 	if at.Sub(a.renewed) >= reuseWindow(a.ttl) {
@@ -436,7 +541,11 @@ func (a *attempt) grantWaited(ctx context.Context, after int64) (_ driver.Lease,
 			renewed <- err
 		}()
 	}
-	resp, err := a.check(ctx, after)
+	var resp *clientv3.TxnResponse
+	var err error
+	if !proven {
+		resp, err = a.check(ctx, after)
+	}
 	if renewed != nil {
 		if rerr := <-renewed; rerr != nil {
 			if errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
@@ -449,6 +558,9 @@ func (a *attempt) grantWaited(ctx context.Context, after int64) (_ driver.Lease,
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	if proven {
+		return a.grant(at), true, nil
 	}
 	if !resp.Succeeded {
 		a.abandon()

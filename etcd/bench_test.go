@@ -115,7 +115,7 @@ func BenchmarkUncontended(b *testing.B) {
 //	go test -run '^$' -bench Requests -benchtime 400x ./
 func BenchmarkRequests(b *testing.B) {
 	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
-	for _, w := range []int{1, 8} {
+	for _, w := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("lockers=%d", w), func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
 			prefix := fmt.Sprintf("/dlockbench-req/%d", time.Now().UnixNano())
@@ -176,7 +176,7 @@ func BenchmarkRequests(b *testing.B) {
 
 // etcdRequests reads the server's counts of unary calls and stream
 // messages received, by gRPC method.
-func etcdRequests(b *testing.B, addr string) map[string]float64 {
+func etcdRequests(b testing.TB, addr string) map[string]float64 {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		b.Fatal(err)
@@ -226,4 +226,68 @@ func procCPU(pid int) time.Duration {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	const clkTck = 100 // USER_HZ on Linux
 	return time.Duration(u+st) * time.Second / clkTck
+}
+
+// BenchmarkHeldLeases holds 1 000 leases on one Locker and reports the
+// client's CPU time and the server's requests per refresh over whole
+// refresh periods (the portable layer refreshes each lease every third of
+// its TTL): at a TTL of 3s, the dlockbench curve "scale leases=1000" with
+// exact counts beside it (three periods), and at the default TTL of 30s,
+// where refreshes come ten times less often and so fewer share a batch
+// (one period, 10s). Run with e.g.
+//
+//	go test -run '^$' -bench HeldLeases -benchtime 1x ./
+func BenchmarkHeldLeases(b *testing.B) {
+	const n = 1000
+	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
+	for _, ttl := range []time.Duration{3 * time.Second, dlock.DefaultTTL} {
+		b.Run("ttl="+ttl.String(), func(b *testing.B) {
+			periods := max(1, int(9*time.Second/ttl))
+			ctx := testenv.Context(b, 10*time.Minute)
+			l, err := dlock.Open(ctx, srv.URL+fmt.Sprintf("/dlockbench-held/%d", time.Now().UnixNano()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			opts := &dlock.AcquireOptions{TTL: ttl}
+			for range b.N {
+				leases := make([]*dlock.Lease, n)
+				var wg sync.WaitGroup
+				for g := range 8 {
+					wg.Go(func() {
+						for i := g; i < n; i += 8 {
+							ls, err := l.Acquire(ctx, strconv.Itoa(i), opts)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							leases[i] = ls
+						}
+					})
+				}
+				wg.Wait()
+				time.Sleep(300 * time.Millisecond)
+				before := etcdRequests(b, srv.Addr)
+				c0 := selfCPU()
+				time.Sleep(time.Duration(periods) * ttl / 3)
+				c1 := selfCPU()
+				after := etcdRequests(b, srv.Addr)
+				refreshes := float64(periods * n)
+				b.ReportMetric(stats.Micros(c1-c0)/refreshes, "client-µs/refresh")
+				for m, v := range after {
+					if d := v - before[m]; d > 0 && m != "Status" {
+						b.ReportMetric(d/refreshes, m+"/refresh")
+					}
+				}
+				for _, ls := range leases {
+					if ls != nil {
+						if ls.Err() != nil {
+							b.Errorf("lease lost while held: %v", ls.Err())
+						}
+						_ = ls.Release(ctx)
+					}
+				}
+			}
+		})
+	}
 }

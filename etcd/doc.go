@@ -55,10 +55,10 @@
 // lease and the re-check Jepsen found missing in etcd 3.4.3's mutex:
 //
 //   - An attempt takes an etcd lease with the TTL and creates its key in
-//     one transaction that also reads the queue's two newest keys (its own
-//     and its predecessor, the key with the greatest create revision below
-//     its own); it holds the lock when there is no predecessor: its key is
-//     the lowest. TryAcquire deletes its
+//     one transaction that also reads the queue's newest keys (its own,
+//     its predecessor, the key with the greatest create revision below
+//     its own, and up to 7 more below) and their count; it holds the lock
+//     when there is no predecessor: its key is the lowest. TryAcquire deletes its
 //     key at once when it does not. The etcd lease is a spare when the
 //     Locker has one: a lease of the same TTL whose key an earlier release
 //     deleted, kept alive without keys for the next acquisition (at most 8
@@ -72,17 +72,25 @@
 //     whatever the Locker's other leases do (concurrency.Mutex shares one
 //     session lease between every lock, which a lease without keep-alive
 //     cannot).
-//   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair)
-//     and each watches only its predecessor (read by the transaction that
-//     created its key), so a release wakes one waiter. The watches go over
-//     one watch stream per Locker; one starts at the server's current
-//     revision, and when that is later than the read that saw the
-//     predecessor, a read after the watch's start finds a delete in
-//     between. While it waits, a waiter renews its etcd lease every third
-//     of the TTL.
+//   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair).
+//     A waiter with at most 8 keys ahead, all read by the transaction that
+//     created its key, watches their deletes and its own key's on one
+//     watch (a range that covers them): the delete that leaves none of
+//     them, with its own key not deleted up to it, proves the grant at
+//     that revision without a read (none can be created below a key
+//     later), so a handoff's critical path is the release's write and the
+//     event; the price is that a release reaches each of those waiters,
+//     not only the next. Another waiter watches only its predecessor, so
+//     that a release reaches one waiter. The watches go over one watch
+//     stream per Locker; one starts at the server's current revision, and
+//     when that is later than the read that saw the keys, a read after
+//     the watch's start finds a delete in between. While it waits, a
+//     waiter renews its etcd lease every third of the TTL.
 //   - After waiting, the grant renews the etcd lease (a lease that expired
 //     while its owner waited fails here, and the attempt queues again with
-//     a new lease) and then checks, in one transaction, that its key still
+//     a new lease; one that expired or was revoked deletes the key, which a
+//     waiter that watches its own key sees at once) and, unless the watch
+//     proved it, checks, in one transaction, that its key still
 //     exists with its create revision and is the lowest of the queue. After
 //     the predecessor's delete, the member that answers serves that check
 //     from what it has applied, taken only at the delete's revision or
@@ -99,7 +107,11 @@
 //     acknowledged writes, and with them revisions already handed out.
 //   - Renewals go over one keep-alive stream per Locker. Refresh renews the
 //     etcd lease and checks that the key is still there; a lease the server
-//     dropped is ErrNotHeld. A watch on the holder's key, from 100ms after
+//     dropped is ErrNotHeld. The refreshes of a Locker's leases that come
+//     within a 200th of the TTL (at most 20ms) of each other go together:
+//     their renewals in one write on the stream, the reads of their keys
+//     in one read-only transaction, in flight together; a refresh's
+//     renewal counts from the batch's send. A watch on the holder's key, from 100ms after
 //     the grant, reports a loss (its deletion) at once, before the next
 //     renewal would.
 //   - Release deletes the key only if it still has its create revision

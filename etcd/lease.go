@@ -177,30 +177,36 @@ func (ls *lease) lostErr() error {
 	}
 }
 
-// refresh is Refresh's work; its errors lack the package prefix.
+// refresh is Refresh's work; its errors lack the package prefix. The
+// renewal and the read of our key go in the Locker's next batch of
+// refreshes (refresh.go), in flight together: the key there with our
+// create revision, and the etcd lease alive at the renewal (an expired
+// lease never comes back, and takes its keys with it), is the lock held a
+// whole TTL from the renewal's start.
 func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
-	start := time.Now()
-	ttlSec, err := ls.l.renewer.renew(octx, ls.id)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	c, err := ls.l.refresher.refresh(octx, ls)
+	if err != nil {
+		return err
+	}
+	if errors.Is(c.renewErr, rpctypes.ErrLeaseNotFound) {
 		ls.markLost()
 		return fmt.Errorf("lease %x: %w", int64(ls.id), driver.ErrNotHeld)
 	}
-	if err != nil {
-		return err
+	if c.renewErr != nil {
+		return c.renewErr
 	}
-	if got := time.Duration(ttlSec) * time.Second; got < ttl {
+	if got := time.Duration(c.ttl) * time.Second; got < ttl {
 		return fmt.Errorf("refresh by %v: the etcd lease lasts %v: %w", ttl, got, driver.ErrUnsupported)
 	}
 	ls.mu.Lock()
-	if start.After(ls.renewed) {
-		ls.renewed = start
+	if c.start.After(ls.renewed) {
+		ls.renewed = c.start
 	}
 	ls.mu.Unlock()
-	g, err := ls.l.cli.Get(octx, ls.key, clientv3.WithKeysOnly())
-	if err != nil {
-		return err
+	if c.readErr != nil {
+		return c.readErr
 	}
-	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != ls.rev {
+	if c.kv == nil || c.kv.CreateRevision != ls.rev {
 		ls.markLost()
 		return fmt.Errorf("key %s is gone: %w", ls.key, driver.ErrNotHeld)
 	}

@@ -69,9 +69,10 @@ type locker struct {
 	// closes the client.
 	wg sync.WaitGroup
 
-	spares  spares  // etcd leases without keys for the next acquisitions
-	renewer renewer // renews leases on one keep-alive stream
-	watcher watcher // watches the waiters' predecessors on one watch stream
+	spares    spares    // etcd leases without keys for the next acquisitions
+	renewer   renewer   // renews leases on one keep-alive stream
+	refresher refresher // batches the leases' refreshes
+	watcher   watcher   // watches the waiters' predecessors on one watch stream
 
 	wmu       sync.Mutex
 	watchKept bool // the waiters' watch stream is kept open (watchstream.go)
@@ -87,6 +88,7 @@ func newLocker(cli *clientv3.Client, own bool, prefix string) *locker {
 	l := &locker{cli: cli, own: own, prefix: prefix}
 	l.spares.l = l
 	l.renewer.l = l
+	l.refresher.l = l
 	l.watcher.l = l
 	l.closing, l.close = context.WithCancel(context.Background())
 	return l

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -122,5 +123,122 @@ func TestPredecessorGoneBeforeWatch(t *testing.T) {
 	}
 	if b.Token() <= a.Token() {
 		t.Errorf("token %d after %d", b.Token(), a.Token())
+	}
+}
+
+// waitQueued waits until the queue of name holds n keys.
+func waitQueued(t *testing.T, ctx context.Context, addr, prefix, name string, n int) {
+	t.Helper()
+	for len(rangeKeys(t, ctx, addr, layout.EtcdQueue(prefix, name))) != n {
+		if ctx.Err() != nil {
+			t.Fatalf("queue of %s: never %d keys", name, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// acquireAsync acquires name with l in a goroutine; the channel gets the
+// lease, or nil after an error (reported).
+func acquireAsync(t *testing.T, ctx context.Context, l *dlock.Locker, name string, opts *dlock.AcquireOptions) <-chan *dlock.Lease {
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, name, opts)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ls
+	}()
+	return got
+}
+
+// TestGrantWithoutRead: a waiter that knows every key ahead of it (here
+// the holder's) is granted on the holder's delete, seen by its watch,
+// without a read: the release's transaction is the only one from the
+// release to the grant. (A watch created after a write to the server
+// looks once, legitimately: the case is tried up to three times.)
+func TestGrantWithoutRead(t *testing.T) {
+	ctx, s, prefix, l := openFresh(t, "noread")
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	var txn, rng float64
+	for range 3 {
+		h, err := l.Acquire(ctx, "n", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := acquireAsync(t, ctx, l, "n", opts)
+		waitQueued(t, ctx, s.Addr, prefix, "n", 2)
+		time.Sleep(50 * time.Millisecond) // the waiter's watch is created
+		before := etcdRequests(t, s.Addr)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := <-got
+		if w == nil {
+			return
+		}
+		after := etcdRequests(t, s.Addr)
+		if w.Token() <= h.Token() {
+			t.Errorf("token %d after %d", w.Token(), h.Token())
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		txn, rng = after["Txn"]-before["Txn"], after["Range"]-before["Range"]
+		if txn == 1 && rng == 0 {
+			return
+		}
+	}
+	t.Errorf("from the release to the grant: %v transactions and %v reads, want the release's transaction alone", txn, rng)
+}
+
+// TestWaiterBehindCancelled: a waiter that watches every key ahead of it
+// is not granted when a waiter between it and the holder gives up (a
+// delete of one key ahead, not the last), only when the holder releases.
+// (Three Lockers: one Locker queues its own waiters of a name locally.)
+func TestWaiterBehindCancelled(t *testing.T) {
+	ctx, s, prefix, l := openFresh(t, "behind")
+	other := func() *dlock.Locker {
+		o, err := dlock.Open(ctx, s.URL+prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { o.Close() })
+		return o
+	}
+	la, lw := other(), other()
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	h, err := l.Acquire(ctx, "n", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := la.Acquire(actx, "n", opts)
+		aDone <- err
+	}()
+	waitQueued(t, ctx, s.Addr, prefix, "n", 2)
+	got := acquireAsync(t, ctx, lw, "n", opts)
+	waitQueued(t, ctx, s.Addr, prefix, "n", 3)
+	time.Sleep(50 * time.Millisecond) // the waiters' watches are created
+	cancelA()
+	if err := <-aDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled waiter: %v", err)
+	}
+	waitQueued(t, ctx, s.Addr, prefix, "n", 2)
+	select {
+	case w := <-got:
+		t.Fatalf("granted while the holder holds (token %d, the holder's %d)", w.Token(), h.Token())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := <-got; w != nil {
+		defer w.Release(ctx)
+		if w.Token() <= h.Token() {
+			t.Errorf("token %d after %d", w.Token(), h.Token())
+		}
 	}
 }

@@ -45,20 +45,44 @@ var errRenewStream = errors.New("etcd: lease keep-alive stream broke")
 // handles the request. It returns the TTL the server granted, or
 // rpctypes.ErrLeaseNotFound when the server no longer has the lease.
 func (r *renewer) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
-	ch := make(chan renewResult, 1)
+	return awaitRenewal(ctx, r.send(id)[0])
+}
+
+// send sends a renewal of each of ids, in one go on the stream (a batch of
+// refreshes, refresh.go, goes out in one write), and returns the channels
+// their answers come on, in order (awaitRenewal reads one).
+func (r *renewer) send(ids ...clientv3.LeaseID) []chan renewResult {
+	chs := make([]chan renewResult, len(ids))
+	for i := range chs {
+		chs[i] = make(chan renewResult, 1)
+	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.stream == nil {
 		if err := r.openLocked(); err != nil {
-			r.mu.Unlock()
-			return 0, err
+			for _, ch := range chs {
+				ch <- renewResult{err: err}
+			}
+			return chs
 		}
 	}
 	st := r.stream
-	r.pending = append(r.pending, pendingRenewal{id: id, ch: ch})
-	if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
-		r.breakLocked(st, fmt.Errorf("%w: %w", errRenewStream, err))
+	for i, id := range ids {
+		r.pending = append(r.pending, pendingRenewal{id: id, ch: chs[i]})
+		if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+			r.breakLocked(st, fmt.Errorf("%w: %w", errRenewStream, err))
+			for _, ch := range chs[i+1:] {
+				ch <- renewResult{err: err}
+			}
+			break
+		}
 	}
-	r.mu.Unlock()
+	return chs
+}
+
+// awaitRenewal waits for the answer on ch (from send): the TTL the server
+// granted, or rpctypes.ErrLeaseNotFound when it no longer has the lease.
+func awaitRenewal(ctx context.Context, ch chan renewResult) (int64, error) {
 	select {
 	case res := <-ch:
 		if res.err == nil && res.ttl <= 0 {

@@ -123,7 +123,7 @@ func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver
 	)
 	for {
 		if ahead != nil && len(ahead) < a.permits {
-			ls, admitted, err := a.grantWaited(ctx, 0)
+			ls, admitted, err := a.grantWaited(ctx, 0, false)
 			switch {
 			case err == nil && admitted:
 				return ls, nil

@@ -27,24 +27,33 @@ type watcher struct {
 	active   map[int64]*deleteWatch // by watch id
 }
 
-// deleteWatch is one watch of a key's delete. notes receives, in order,
+// deleteWatch is one watch of the deletes of a set of keys, each of
+// whose instances was there at revision base (a delete at base or before
+// is of an earlier instance of the same name: a spare etcd lease's key),
+// and of the waiter's own key, if own is set. notes receives, in order,
 // the revision after which the server sees every event (its answer to the
-// creation), then the revision of the key's delete (of the key created at
-// createRev or later), or a 0 when the watch broke (the stream broke, the
-// server cancelled it, no leader); nothing after a delete or a 0.
+// creation), then one of: the revision of the delete that left none of
+// the set (see forget), -1 when own was deleted (in the same answer as
+// the set's last delete, too), or 0 when the watch broke (the stream
+// broke, the server cancelled it, no leader); nothing after those.
 type deleteWatch struct {
-	createRev int64
-	notes     chan int64 // capacity 2: the reader never blocks
-	id        int64      // once created
-	stopped   bool       // stop was called before the creation's answer
-	done      bool       // a delete or a 0 was sent
+	set   map[string]bool // the keys not seen deleted yet
+	own   string
+	base  int64
+	notes chan int64 // capacity 2: the reader never blocks
+	id    int64      // once created
+	// stopped: stop was called before the creation's answer; done: a
+	// last note was sent.
+	stopped, done bool
 }
 
-// watchDelete starts watching key, created at createRev, for its delete
-// from the current revision on (see waitDelete). The stream requires a
+// watchDelete starts watching the keys of set (and own, unless "") for
+// their deletes after revision base, from the current revision on (see
+// waitDelete), on one watch of the range [from, end) that covers them
+// (the other keys' deletes in it are passed over). The stream requires a
 // leader: a member cut off from the others breaks it at once.
-func (w *watcher) watchDelete(key string, createRev int64) (*deleteWatch, error) {
-	dw := &deleteWatch{createRev: createRev, notes: make(chan int64, 2)}
+func (w *watcher) watchDelete(from, end string, set map[string]bool, own string, base int64) (*deleteWatch, error) {
+	dw := &deleteWatch{set: set, own: own, base: base, notes: make(chan int64, 2)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stream == nil {
@@ -60,12 +69,25 @@ func (w *watcher) watchDelete(key string, createRev int64) (*deleteWatch, error)
 	st := w.stream
 	w.creating = append(w.creating, dw)
 	req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
-		Key: []byte(key), Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+		Key: []byte(from), RangeEnd: []byte(end), Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
 	}}}
 	if err := st.Send(req); err != nil {
 		w.breakLocked(st)
 	}
 	return dw, nil
+}
+
+// forget takes keys out of dw's set (a look found them gone at revision
+// rev); the set left empty, dw's last note is rev.
+func (w *watcher) forget(dw *deleteWatch, keys []string, rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		delete(dw.set, k)
+	}
+	if len(dw.set) == 0 {
+		w.note(dw, rev)
+	}
 }
 
 // stop ends dw: the server is told to cancel it (once created).
@@ -141,13 +163,25 @@ func (w *watcher) deliverLocked(resp *pb.WatchResponse) {
 		w.note(dw, 0)
 		return
 	}
+	emptied := int64(0)
 	for _, ev := range resp.Events {
-		// (A delete before createRev is of an earlier key of the same
-		// name: a spare etcd lease's.)
-		if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > dw.createRev {
-			w.note(dw, ev.Kv.ModRevision)
+		if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= dw.base {
+			continue
+		}
+		k := string(ev.Kv.Key)
+		if dw.own != "" && k == dw.own {
+			w.note(dw, -1)
 			return
 		}
+		if dw.set[k] {
+			delete(dw.set, k)
+			if len(dw.set) == 0 {
+				emptied = ev.Kv.ModRevision
+			}
+		}
+	}
+	if emptied > 0 {
+		w.note(dw, emptied)
 	}
 }
 
