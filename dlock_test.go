@@ -678,6 +678,54 @@ func TestCloseEndsWaiters(t *testing.T) {
 	}
 }
 
+// TestCloseRacingAcquires closes Lockers while their Acquire calls are
+// starting to wait: every call returns (ErrClosed), whether it registered
+// its wait before Close ended the registered ones or after.
+func TestCloseRacingAcquires(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	for _, native := range []bool{true, false} {
+		ns := memory.NewNamespace()
+		holder := memory.OpenLocker(ns)
+		defer holder.Close()
+		if _, err := holder.Acquire(ctx, "cr", nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			var l *dlock.Locker
+			if native {
+				l = memory.OpenLocker(ns)
+			} else {
+				l = dlock.NewLocker(&counting{Locker: memory.OpenLocker(ns).Driver()})
+			}
+			const n = 4
+			errc := make(chan error, n)
+			for range n {
+				go func() {
+					_, err := l.Acquire(ctx, "cr", nil)
+					errc <- err
+				}()
+			}
+			if i%2 == 0 {
+				runtime.Gosched()
+			}
+			l.Close()
+			for range n {
+				select {
+				case err := <-errc:
+					if !errors.Is(err, dlock.ErrClosed) {
+						t.Fatalf("native=%v: Acquire racing Close = %v; want ErrClosed", native, err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("native=%v: an Acquire that started as Close ran was not ended", native)
+				}
+			}
+		}
+		if w := ns.Waiters("cr"); w != 0 {
+			t.Errorf("native=%v: %d waiters left after Close", native, w)
+		}
+	}
+}
+
 func TestReentrantReleaseAfterLoss(t *testing.T) {
 	ctx := testenv.Context(t, 20*time.Second)
 	ns := memory.NewNamespace()
