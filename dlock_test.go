@@ -645,35 +645,76 @@ func TestInspect(t *testing.T) {
 func TestCloseEndsWaiters(t *testing.T) {
 	ctx := testenv.Context(t, 20*time.Second)
 	for _, native := range []bool{true, false} {
-		ns := memory.NewNamespace()
-		holder := memory.OpenLocker(ns)
-		defer holder.Close()
-		var l *dlock.Locker
-		if native {
-			l = memory.OpenLocker(ns)
-		} else {
-			l = dlock.NewLocker(&counting{Locker: memory.OpenLocker(ns).Driver()})
+		ns := heldNamespace(t, ctx, "w")
+		closeEndsAcquires(t, ctx, ns, native, "w", 1, func() { time.Sleep(50 * time.Millisecond) })
+		if w := ns.Waiters("w"); w != 0 {
+			t.Errorf("native=%v: %d waiters left after Close", native, w)
 		}
-		if _, err := holder.Acquire(ctx, "w", nil); err != nil {
-			t.Fatal(err)
+	}
+}
+
+// TestCloseRacingAcquires closes Lockers while their Acquire calls are
+// starting to wait: every call returns (ErrClosed), whether it registered
+// its wait before Close ended the registered ones or after.
+func TestCloseRacingAcquires(t *testing.T) {
+	ctx := testenv.Context(t, 20*time.Second)
+	for _, native := range []bool{true, false} {
+		ns := heldNamespace(t, ctx, "cr")
+		for i := range 200 {
+			closeEndsAcquires(t, ctx, ns, native, "cr", 4, func() {
+				if i%2 == 0 {
+					runtime.Gosched()
+				}
+			})
 		}
-		errc := make(chan error, 1)
+		if w := ns.Waiters("cr"); w != 0 {
+			t.Errorf("native=%v: %d waiters left after Close", native, w)
+		}
+	}
+}
+
+// heldNamespace returns a memory namespace whose lock name another Locker
+// holds until the test ends.
+func heldNamespace(t *testing.T, ctx context.Context, name string) *memory.Namespace {
+	t.Helper()
+	ns := memory.NewNamespace()
+	holder := memory.OpenLocker(ns)
+	t.Cleanup(func() { holder.Close() })
+	if _, err := holder.Acquire(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// closeEndsAcquires starts n Acquire calls of name on a new Locker of ns
+// (the driver's native queue, or the portable layer's polling when native
+// is false), runs settle, closes the Locker and checks that every call
+// ends with ErrClosed.
+func closeEndsAcquires(t *testing.T, ctx context.Context, ns *memory.Namespace, native bool, name string, n int, settle func()) {
+	t.Helper()
+	var l *dlock.Locker
+	if native {
+		l = memory.OpenLocker(ns)
+	} else {
+		l = dlock.NewLocker(&counting{Locker: memory.OpenLocker(ns).Driver()})
+	}
+	errc := make(chan error, n)
+	for range n {
 		go func() {
-			_, err := l.Acquire(ctx, "w", nil)
+			_, err := l.Acquire(ctx, name, nil)
 			errc <- err
 		}()
-		time.Sleep(50 * time.Millisecond)
-		l.Close()
+	}
+	settle()
+	l.Close()
+	for range n {
 		select {
 		case err := <-errc:
 			if !errors.Is(err, dlock.ErrClosed) {
-				t.Errorf("native=%v: waiting Acquire after Close = %v; want ErrClosed", native, err)
+				t.Fatalf("native=%v: Acquire ended by Close = %v; want ErrClosed", native, err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatalf("native=%v: Close did not end a waiting Acquire", native)
-		}
-		if w := ns.Waiters("w"); w != 0 {
-			t.Errorf("native=%v: %d waiters left after Close", native, w)
+			t.Fatalf("native=%v: Close did not end an Acquire", native)
 		}
 	}
 }

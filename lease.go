@@ -211,13 +211,20 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	ctx, cancel := releaseContext(ctx)
 	defer cancel()
-	h.l.mu.Lock() // orders with a reentrant Acquire joining this hold
+	// Only a reentrant owner's hold (slot set before its first Lease was
+	// returned, never changed after) can be joined by another Acquire:
+	// l.mu orders this release with it. Any other hold skips the
+	// Locker-wide lock.
+	reentrant := h.slot != nil
+	if reentrant {
+		h.l.mu.Lock()
+	}
 	h.mu.Lock()
 	h.count--
 	if h.count > 0 {
 		lost := h.err
 		h.mu.Unlock()
-		h.l.mu.Unlock()
+		h.l.mu.Unlock() // count > 1: a reentrant hold
 		if lost != nil {
 			return fmt.Errorf("dlock: release %q: %w (%w)", h.name, ErrNotHeld, lost)
 		}
@@ -228,11 +235,13 @@ func (ls *Lease) Release(ctx context.Context) error {
 		prior = h.expiredErr()
 	}
 	h.releasing = true
-	if h.slot != nil && h.slot.hold == h {
+	if reentrant && h.slot.hold == h {
 		h.slot.hold = nil // a new Acquire by this owner starts a new hold
 	}
 	h.mu.Unlock()
-	h.l.mu.Unlock()
+	if reentrant {
+		h.l.mu.Unlock()
+	}
 
 	if prior != nil {
 		// Already lost: still ask the server to free it, in case it has not

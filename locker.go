@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -45,8 +46,19 @@ type Locker struct {
 	closed bool
 	holds  map[*hold]struct{}
 	owners map[ownerKey]*ownerSlot
-	wg     sync.WaitGroup                // the keeper's ticks and refreshes, loss watchers
-	waits  map[uint64]context.CancelFunc // blocked acquisitions, ended by Close
+	wg     sync.WaitGroup // the keeper's ticks and refreshes, loss watchers
+
+	// isClosed reads closed without mu: Close stores it, under mu, before
+	// it ends the waits. The acquire path's early checks read it; the
+	// decisions that must agree with Close's list of holds read closed
+	// under mu.
+	closedFlag atomic.Bool
+
+	// The blocked acquisitions, ended by Close, under a mutex of their own:
+	// every Acquire registers and removes its wait, and mu is the Locker's
+	// one lock on every grant and release.
+	waitMu sync.Mutex
+	waits  map[uint64]context.CancelFunc
 	waitID uint64
 
 	keeper keeper // refreshes every hold, ends it at its deadline
@@ -128,11 +140,7 @@ func (l *Locker) Inspect(ctx context.Context, name string) (Info, error) {
 	return info, nil
 }
 
-func (l *Locker) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+func (l *Locker) isClosed() bool { return l.closedFlag.Load() }
 
 // acquire takes the lock name (permits 0) or one of the permits of the
 // semaphore name (permits > 0, already checked by Locker.Semaphore).
@@ -367,9 +375,9 @@ func (l *Locker) block(ctx context.Context, req driver.Request) (driver.Lease, t
 // it. (A map entry, where context.AfterFunc on a context that Close
 // cancels would cost two allocations per wait.)
 func (l *Locker) addWait(cancel context.CancelFunc) (id uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	if l.isClosed() { // Close set it before it took waitMu to end the waits
 		cancel()
 		return 0
 	}
@@ -379,9 +387,9 @@ func (l *Locker) addWait(cancel context.CancelFunc) (id uint64) {
 }
 
 func (l *Locker) removeWait(id uint64) {
-	l.mu.Lock()
+	l.waitMu.Lock()
 	delete(l.waits, id)
-	l.mu.Unlock()
+	l.waitMu.Unlock()
 }
 
 // Backoff bounds for waiting without a native queue. With a Watcher the
@@ -491,15 +499,19 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
+	l.closedFlag.Store(true)
 	close(l.closing)
-	for _, cancel := range l.waits {
-		cancel()
-	}
 	holds := make([]*hold, 0, len(l.holds))
 	for h := range l.holds {
 		holds = append(holds, h)
 	}
 	l.mu.Unlock()
+	// A wait registered from now on sees closedFlag and ends at once.
+	l.waitMu.Lock()
+	for _, cancel := range l.waits {
+		cancel()
+	}
+	l.waitMu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()

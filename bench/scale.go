@@ -45,8 +45,16 @@ const (
 const ScaleClients = 32
 
 // scaleRounds is the rounds of the names curve: in each, dlock and the
-// floor run one slice each, in an order that alternates every round.
-const scaleRounds = 3
+// floor run one slice each, in an order that alternates every round. The
+// point's time is split into many short slices rather than a few long
+// ones: the load of a shared machine drifts over hundreds of
+// milliseconds, and a pair of adjacent short slices sees the same load,
+// so the paired ratios vary less; and 10 rounds give the median a 95 %
+// interval from the 2nd to the 9th ratio, where 3 rounds gave their
+// minimum and maximum (75 %), too wide (±30 % at times) to tell 0.8 from
+// 1.0. A slice (w.Duration/20: 15 ms with -quick) still holds a few
+// hundred grants on Redis and tens on the SQL strategies.
+const scaleRounds = 10
 
 // ScaleLeaseTTL is the TTL of the leases curve's leases. The default TTL
 // (30 s) refreshes every 10 s, so a window of a few seconds would see no

@@ -28,7 +28,8 @@
 //	read_timeout    go-redis ReadTimeout (default 5s)
 //	write_timeout   go-redis WriteTimeout (default: read_timeout)
 //	pool_timeout    go-redis PoolTimeout (default: read_timeout + 1s)
-//	pool_size       connections per server, 1 to 65536 (default 10 per CPU)
+//	pool_size       connections per server, 1 to 65536 (default 10 per
+//	                CPU, at least 64; opened as needed)
 //	min_idle_conns  idle connections kept open (default 0)
 //	max_retries     retries of a request after a network error, 0 for none
 //	                (default 3; Redlock: none, a retry rarely fits the

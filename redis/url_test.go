@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,14 @@ func TestParseURL(t *testing.T) {
 		{"redis://localhost", func(t *testing.T, c *config) {
 			if c.addrs[0] != "localhost:6379" || c.db != 0 {
 				t.Errorf("%+v", c)
+			}
+			// A Locker's goroutines do not queue for connections below 64
+			// at once (defaultPoolSize).
+			if o := c.options(c.addrs[0]); o.PoolSize < minPoolSize || o.PoolSize < 10*runtime.GOMAXPROCS(0) {
+				t.Errorf("default PoolSize %d, want at least %d and 10 per CPU", o.PoolSize, minPoolSize)
+			}
+			if o := c.clusterOptions(); o.PoolSize != defaultPoolSize() {
+				t.Errorf("default cluster PoolSize %d, want %d", o.PoolSize, defaultPoolSize())
 			}
 		}},
 		{"rediss://user:pw@example.com:6390/0?skip_verify=true&prefix=app:&dial_timeout=2s&read_timeout=500ms&write_timeout=250&pool_size=7&min_idle_conns=2&max_retries=0&client_name=me&pool_timeout=3s", func(t *testing.T, c *config) {
