@@ -353,13 +353,14 @@ var _ driver.LossNotifier = (*pinnedLease)(nil)
 func (p *pinnedLease) OnLost(f func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.ended {
+		p.onLost = f // loseLocked calls it
+		return
+	}
 	select {
-	case <-p.lost:
+	case <-p.lost: // ended by its loss
 		go f()
-	default:
-		if !p.ended {
-			p.onLost = f
-		}
+	default: // released
 	}
 }
 
