@@ -53,6 +53,14 @@ func scan(row pgx.Row, dest []any) (bool, error) {
 type pool struct {
 	p     *pgxpool.Pool
 	owned bool
+	// maxConns is the pool's size, read once: pgxpool's Config returns
+	// a deep copy of the configuration (its maps, its TLS settings), and
+	// the core asks for the size on every shared release.
+	maxConns int
+}
+
+func newPool(p *pgxpool.Pool, owned bool) *pool {
+	return &pool{p: p, owned: owned, maxConns: int(p.Config().MaxConns)}
 }
 
 func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
@@ -73,7 +81,7 @@ func (p *pool) Close() {
 	}
 }
 
-func (p *pool) MaxConns() int { return int(p.p.Config().MaxConns) }
+func (p *pool) MaxConns() int { return p.maxConns }
 
 // InUse is how many connections are taken out of the pool.
 func (p *pool) InUse() int { return int(p.p.Stat().AcquiredConns()) }

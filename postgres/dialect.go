@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -227,23 +228,29 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// step sits above the scan) and so before any wait for it;
 		// NOWAIT does not wait. The idle timeout need only hold once the
 		// transaction is idle: the final SELECT sets it on the grant.
-		nowait, timeout := "", ""
 		args := []any{r.Name, ttl}
-		if r.NoWait {
-			nowait = " NOWAIT"
-		} else {
+		if !r.NoWait {
 			args = append(args, lockTimeout(r))
-			timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
 		}
-		grant := "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
 		if r.Owner != "" {
 			args = append(args, r.Owner)
-			grant += " AND " + announce("f", "$"+strconv.Itoa(len(args))+"::text", true)
 		}
-		return []sqllock.Stmt{sqllock.S("BEGIN"),
-			sqllock.S("WITH l AS (SELECT name FROM "+t.Q+" WHERE name = $1"+timeout+" FOR UPDATE"+nowait+"),"+
-				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM "+t.Live+") THEN "+nextval(t)+" ELSE 0 END AS f FROM l)"+
-				" SELECT f FROM g WHERE "+grant, args...)}
+		q := cached(t, stmtKind{name: "forupdate", noWait: r.NoWait, owner: r.Owner != ""}, func() string {
+			nowait, timeout := "", ""
+			if r.NoWait {
+				nowait = " NOWAIT"
+			} else {
+				timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
+			}
+			grant := "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
+			if r.Owner != "" {
+				grant += " AND " + announce("f", "$"+strconv.Itoa(len(args))+"::text", true)
+			}
+			return "WITH l AS (SELECT name FROM " + t.Q + " WHERE name = $1" + timeout + " FOR UPDATE" + nowait + ")," +
+				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)" +
+				" SELECT f FROM g WHERE " + grant
+		})
+		return []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(q, args...)}
 	}
 	// Native: one statement, in which the server takes the lock, then the
 	// token, then sets the session's idle timeout and announcement, each
@@ -254,16 +261,16 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	// taken stays: Abort unlocks it). The session's values before the
 	// grant are saved in dlock.idle and dlock.app for Unlock to put back.
 	// OFFSET 0 keeps each subquery from being merged into the next.
-	key := advisoryKey(t, r.Name)
-	grant := advisoryGrant(t, r, "$4")
-	args := []any{key, r.Owner, ttl}
+	args := []any{advisoryKey(t, r.Name), r.Owner, ttl}
 	if !r.NoWait {
 		args = append(args, lockTimeout(r))
 	}
-	return []sqllock.Stmt{sqllock.S("SELECT f FROM ("+grant+") g WHERE "+
-		"set_config('idle_session_timeout', CASE WHEN "+save("dlock.idle", "idle_session_timeout")+" THEN $3::text END, false) IS NOT NULL AND "+
-		"set_config('application_name', CASE WHEN "+save("dlock.app", "application_name")+" THEN '"+appPrefix+" ' || f || ' ' || $2::text END, false) IS NOT NULL",
-		args...)}
+	q := cached(t, stmtKind{name: "advisory", noWait: r.NoWait}, func() string {
+		return "SELECT f FROM (" + advisoryGrant(t, r, "$4") + ") g WHERE " +
+			"set_config('idle_session_timeout', CASE WHEN " + save("dlock.idle", "idle_session_timeout") + " THEN $3::text END, false) IS NOT NULL AND " +
+			"set_config('application_name', CASE WHEN " + save("dlock.app", "application_name") + " THEN '" + appPrefix + " ' || f || ' ' || $2::text END, false) IS NOT NULL"
+	})
+	return []sqllock.Stmt{sqllock.S(q, args...)}
 }
 
 // advisoryGrant is the query of an advisory grant: one row, the token,
@@ -296,16 +303,15 @@ func (dialect) Dedicated(r sqllock.Req) bool { return r.Owner != "" }
 // its idle timeout only with setup (saving the session's value in
 // dlock.idle for Reset): every lease of a shared session has its TTL.
 func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.Stmt {
-	grant := advisoryGrant(t, r, "$2")
 	args := []any{advisoryKey(t, r.Name)}
 	if !r.NoWait {
 		args = append(args, lockTimeout(r))
 	}
 	if !setup {
-		return []sqllock.Stmt{sqllock.S(grant, args...)}
+		return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "shared", noWait: r.NoWait}, func() string { return advisoryGrant(t, r, "$2") }), args...)}
 	}
 	args = append(args, strconv.FormatInt(timeoutMS(r.TTL), 10))
-	return []sqllock.Stmt{sqllock.S("SELECT f FROM ("+grant+") g WHERE "+
+	return []sqllock.Stmt{sqllock.S("SELECT f FROM ("+advisoryGrant(t, r, "$2")+") g WHERE "+
 		"set_config('idle_session_timeout', CASE WHEN "+save("dlock.idle", "idle_session_timeout")+" THEN $"+strconv.Itoa(len(args))+"::text END, false) IS NOT NULL",
 		args...)}
 }
@@ -414,18 +420,21 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 // VersionAcquire takes the lease when it is free or expired (TryAcquire:
 // it never queues).
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
-up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
-	ON CONFLICT (name) DO UPDATE SET fence = `+nextval(t)+`, owner = excluded.owner, acquired_at = excluded.acquired_at,
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version acquire"}, func() string {
+		return `WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM ` + t.Q + ` WHERE name = $1),
+up AS (INSERT INTO ` + t.Q + ` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, ` + nextval(t) + `, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
+	ON CONFLICT (name) DO UPDATE SET fence = ` + nextval(t) + `, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
 	WHERE t.expires_at IS NULL OR t.expires_at <= now()
 	RETURNING t.fence)
-SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`, r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
+SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`
+	}), r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S("UPDATE "+t.Q+" SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING true",
-		r.Name, r.Token, sqllock.Micros(r.TTL))}
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version refresh"}, func() string {
+		return "UPDATE " + t.Q + " SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING true"
+	}), r.Name, r.Token, sqllock.Micros(r.TTL))}
 }
 
 // nowMicros is the server's now() in microseconds since the epoch: the
@@ -489,15 +498,18 @@ func handover(t sqllock.Table, match, held, me string) string {
 // the table's channel while waiters of earlier versions registered in
 // waiters_until.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S("WITH r AS (UPDATE "+t.Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() AND queue IS NULL RETURNING name, waiters_until)"+
-		" SELECT (CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END) IS NULL FROM r",
-		r.Name, r.Token, r.Channel)}
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version release"}, func() string {
+		return "WITH r AS (UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() AND queue IS NULL RETURNING name, waiters_until)" +
+			" SELECT (CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END) IS NULL FROM r"
+	}), r.Name, r.Token, r.Channel)}
 }
 
 // VersionHandover frees the lease or hands it to the first live waiter
 // of its grant queue (handover): one statement, one round trip.
 func (dialect) VersionHandover(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	return []sqllock.Stmt{sqllock.S(handover(t, "fence = $2 AND expires_at > now()", "true", "NULL"), r.Name, r.Token, r.Channel)}
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version handover"}, func() string {
+		return handover(t, "fence = $2 AND expires_at > now()", "true", "NULL")
+	}), r.Name, r.Token, r.Channel)}
 }
 
 // VersionAbort takes the attempt r.Nonce back: its entry leaves the grant
@@ -523,6 +535,12 @@ var _ sqllock.VersionQueuer = dialect{}
 // queue on the way. The row's ON CONFLICT lock orders the statement with
 // every release: a release after it sees the entry.
 func (dialect) VersionWait(t sqllock.Table, r sqllock.Req, entry time.Duration) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version wait"}, func() string { return versionWait(t) }),
+		r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Channel, sqllock.Micros(entry))}
+}
+
+// versionWait is VersionWait's statement.
+func versionWait(t sqllock.Table) string {
 	const (
 		me   = "$4::bigint"
 		mine = "(x->>'w')::bigint = " + me
@@ -539,23 +557,59 @@ func (dialect) VersionWait(t sqllock.Table, r sqllock.Req, entry time.Duration) 
 		" WHERE i > " + cut + " AND (" + live + " OR " + mine + ")) END, '[]'::jsonb) ||\n" +
 		"\t\t\tCASE WHEN t.queue IS NOT NULL AND EXISTS (SELECT FROM " + entries("t.queue") + " WHERE i > " + cut + " AND " + mine + ") THEN '[]'::jsonb" +
 		" ELSE jsonb_build_array(jsonb_build_object('w', " + me + ", 'o', $2::text, 't', $3::bigint, 'c', $5::text, 'e', " + exp + ")) END"
-	return []sqllock.Stmt{sqllock.S(`WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM `+t.Q+` WHERE name = $1),
-up AS (INSERT INTO `+t.Q+` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, `+nextval(t)+`, $2, now(), now() + $3::bigint * interval '1 microsecond', `+me+`)
+	return `WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM ` + t.Q + ` WHERE name = $1),
+up AS (INSERT INTO ` + t.Q + ` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, ` + nextval(t) + `, $2, now(), now() + $3::bigint * interval '1 microsecond', ` + me + `)
 	ON CONFLICT (name) DO UPDATE SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (SELECT
-		CASE WHEN `+free+` THEN `+nextval(t)+` ELSE t.fence END,
-		CASE WHEN `+grant+` THEN h.x->>'o' WHEN `+take+` THEN $2::text ELSE t.owner END,
-		CASE WHEN `+grant+` THEN (h.x->>'w')::bigint WHEN `+take+` THEN `+me+` ELSE t.session END,
-		CASE WHEN `+free+` THEN now() ELSE t.acquired_at END,
-		CASE WHEN `+grant+` THEN now() + (h.x->>'t')::bigint * interval '1 microsecond'
-			WHEN `+take+` OR t.session = `+me+` THEN now() + $3::bigint * interval '1 microsecond' ELSE t.expires_at END,
-		CASE WHEN `+take+` OR (NOT `+free+` AND t.session = `+me+`) THEN `+keep+`
-			ELSE `+queued+` END,
-		CASE WHEN `+grant+` THEN h.x->>'c' END
-		FROM (SELECT) o LEFT JOIN LATERAL (SELECT x, i FROM `+entries("t.queue")+` WHERE t.queue IS NOT NULL AND `+live+` ORDER BY i LIMIT 1) h ON true)
+		CASE WHEN ` + free + ` THEN ` + nextval(t) + ` ELSE t.fence END,
+		CASE WHEN ` + grant + ` THEN h.x->>'o' WHEN ` + take + ` THEN $2::text ELSE t.owner END,
+		CASE WHEN ` + grant + ` THEN (h.x->>'w')::bigint WHEN ` + take + ` THEN ` + me + ` ELSE t.session END,
+		CASE WHEN ` + free + ` THEN now() ELSE t.acquired_at END,
+		CASE WHEN ` + grant + ` THEN now() + (h.x->>'t')::bigint * interval '1 microsecond'
+			WHEN ` + take + ` OR t.session = ` + me + ` THEN now() + $3::bigint * interval '1 microsecond' ELSE t.expires_at END,
+		CASE WHEN ` + take + ` OR (NOT ` + free + ` AND t.session = ` + me + `) THEN ` + keep + `
+			ELSE ` + queued + ` END,
+		CASE WHEN ` + grant + ` THEN h.x->>'c' END
+		FROM (SELECT) o LEFT JOIN LATERAL (SELECT x, i FROM ` + entries("t.queue") + ` WHERE t.queue IS NOT NULL AND ` + live + ` ORDER BY i LIMIT 1) h ON true)
 	RETURNING t.fence, t.session, t.granted_to, t.queue IS NOT NULL AS queued)
-SELECT (SELECT CASE WHEN session = `+me+` THEN fence WHEN granted_to IS NOT NULL AND pg_notify(granted_to, session || ' ' || fence) IS NULL THEN NULL END FROM up),
-	(SELECT rem FROM prev), (SELECT queued FROM up)`,
-		r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce, r.Channel, sqllock.Micros(entry))}
+SELECT (SELECT CASE WHEN session = ` + me + ` THEN fence WHEN granted_to IS NOT NULL AND pg_notify(granted_to, session || ' ' || fence) IS NULL THEN NULL END FROM up),
+	(SELECT rem FROM prev), (SELECT queued FROM up)`
+}
+
+// stmtKind names a cached statement (cached) of a table.
+type stmtKind struct {
+	name          string
+	noWait, owner bool
+}
+
+// stmtKey is a cached statement's key: the table's quoted names, which
+// are all its text depends on besides its kind.
+type stmtKey struct {
+	q, seq, live string
+	kind         stmtKind
+}
+
+var (
+	stmtsMu sync.RWMutex
+	stmts   = map[stmtKey]string{}
+)
+
+// cached returns the text of the statement kind of table t, built once
+// by build: the hot statements (a grant's, a release's, a waiter's) are
+// long, and building each anew cost every lock use several allocations
+// and copies.
+func cached(t sqllock.Table, kind stmtKind, build func() string) string {
+	k := stmtKey{t.Q, t.Seq, t.Live, kind}
+	stmtsMu.RLock()
+	q, ok := stmts[k]
+	stmtsMu.RUnlock()
+	if ok {
+		return q
+	}
+	q = build()
+	stmtsMu.Lock()
+	stmts[k] = q
+	stmtsMu.Unlock()
+	return q
 }
 
 // quoteLiteral quotes a validated identifier as a string literal.

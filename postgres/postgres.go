@@ -75,7 +75,7 @@ func OpenLocker(p *pgxpool.Pool, opts *Options) (*dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Pool = &pool{p: p}
+	cfg.Pool = newPool(p, false)
 	return dlock.NewLockerWith(sqllock.New(cfg), &dlock.Options{Observer: opts.observer()}), nil
 }
 
@@ -177,7 +177,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	cfg.Pool = &pool{p: p, owned: true}
+	cfg.Pool = newPool(p, true)
 	return sqllock.Open(ctx, cfg, p.Ping)
 }
 

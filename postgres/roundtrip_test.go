@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -129,4 +130,47 @@ func TestWaitRoundTrips(t *testing.T) {
 	l, f := countedLocker(t, "advisory")
 	other := sqltest.Open(t, t.Context(), sqltest.WithParams(testenv.Postgres(t).URL, "strategy", "advisory"))
 	sqltest.WaitRoundTrips(t, l, other, f)
+}
+
+// TestNoGoroutinePerGrant: an uncontended Acquire+Release starts no
+// goroutine, on every strategy. A goroutine per grant (the portable
+// layer's wait on a lease's Lost channel, when the lease cannot call back
+// on its loss) costs two scheduler trips per lock use, which a loaded
+// machine makes slow (dlockbench: advisory's uncontended use ×2 of the
+// floor's beside other targets, ×1.1 alone).
+func TestNoGoroutinePerGrant(t *testing.T) {
+	for _, s := range sqltest.Strategies("advisory") {
+		t.Run(s, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			l := sqltest.Open(t, ctx, sqltest.WithParams(testenv.Postgres(t).URL, "strategy", s))
+			use := func() {
+				ls, err := l.Acquire(ctx, "gor", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				use() // create the row, recover, prepare
+			}
+			if err := sqltest.Core(l).Listen(ctx); err != nil { // version's, started at first use
+				t.Fatal(err)
+			}
+			created := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+			metrics.Read(created)
+			before := created[0].Value.Uint64()
+			const n = 200
+			for range n {
+				use()
+			}
+			metrics.Read(created)
+			// A few for the pool's and the runtime's own work meanwhile.
+			if got := created[0].Value.Uint64() - before; got > n/10 {
+				t.Errorf("%d goroutines started in %d uncontended Acquire+Release, want none per grant", got, n)
+			}
+		})
+	}
 }

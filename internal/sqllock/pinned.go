@@ -280,6 +280,7 @@ type pinnedLease struct {
 	ended    bool
 	lastPing time.Time
 	lost     chan struct{}
+	onLost   func() // OnLost's callback, until the lease ends
 	// deadline is the lease's local deadline, computed as the portable
 	// layer does (the start of the last grant or ping, plus the TTL, minus
 	// driver.Drift); expiry fires at it.
@@ -343,6 +344,25 @@ func (p *pinnedLease) GrantedAt() time.Time {
 
 // Lost is closed when the pinned connection breaks.
 func (p *pinnedLease) Lost() <-chan struct{} { return p.lost }
+
+var _ driver.LossNotifier = (*pinnedLease)(nil)
+
+// OnLost calls f in a goroutine of its own when the lease is lost, never
+// once it is released (driver.LossNotifier): the portable layer then
+// starts no goroutine per grant to wait on Lost.
+func (p *pinnedLease) OnLost(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ended {
+		p.onLost = f // loseLocked calls it
+		return
+	}
+	select {
+	case <-p.lost: // ended by its loss
+		go f()
+	default: // released
+	}
+}
 
 // Session is the server's id of the pinned connection.
 func (p *pinnedLease) Session() int64 { return p.s.conn.Session() }
@@ -456,6 +476,10 @@ func (p *pinnedLease) lose(ctx context.Context) {
 func (p *pinnedLease) loseLocked(ctx context.Context, broken bool) {
 	close(p.lost)
 	p.ended = true
+	if f := p.onLost; f != nil {
+		p.onLost = nil
+		go f()
+	}
 	if p.expiry != nil {
 		p.expiry.Stop()
 	}
@@ -489,6 +513,7 @@ func (p *pinnedLease) loseLocked(ctx context.Context, broken bool) {
 
 func (p *pinnedLease) end(discard bool) {
 	p.ended = true
+	p.onLost = nil
 	if p.expiry != nil {
 		p.expiry.Stop()
 	}
