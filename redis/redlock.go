@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -179,6 +181,9 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	// Every node's request reads the one argument list.
 	args := acquireArgs(ls.args[:], k, ls.valueArg, r.ttl.get(req.TTL), reg)
 	results := r.fanout(ctx, min(r.nodeTimeout, budget), func(ctx context.Context, c goredis.UniversalClient) outcome {
+		if f := testBeforeNodeAcquire.Load(); f != nil {
+			(*f)(slices.Index(r.nodes, c), reg.id != nil)
+		}
 		granted, n, err := acquireOn(ctx, c, args)
 		return outcome{ok: granted, n: n, err: err}
 	})
@@ -220,7 +225,6 @@ wait:
 		ls.token, ls.late, ls.nlate = token, results, n-answered
 		return ls, nil
 	}
-	r.hub.registered(k, reg, false, nil)
 	// No valid quorum: wait for the answers still out (bounded by the node
 	// timeout), then take back every key this attempt may have set, with a
 	// fresh context, so that nothing of it blocks another acquirer. In the
@@ -230,6 +234,12 @@ wait:
 		for ; answered < n; answered++ {
 			count(<-results)
 		}
+		// Only now that every node has answered is the attempt's
+		// registration in the waiter queue known to be made: recorded
+		// earlier, the last waiter's leave could reach a node before a
+		// late acquire did, which then registered this Locker again
+		// after it left (a queue entry left behind for regLifetime).
+		r.hub.registered(k, reg, false, nil)
 		if granted > 0 || slow > 0 || len(errs) > 0 {
 			// Without a publish: waking every waiter for a lock that was
 			// never held would have them all fan out at once and split
@@ -266,6 +276,11 @@ wait:
 	}
 	return nil, fmt.Errorf("redis: redlock: %d of %d nodes failed, %d needed: %w", len(errs), n, r.quorum, errors.Join(errs...))
 }
+
+// testBeforeNodeAcquire, set by a test only, runs before an attempt's
+// request to node i; registering: the attempt registers this Locker in
+// the name's waiter queue (TestRedlockLateRegistration).
+var testBeforeNodeAcquire atomic.Pointer[func(i int, registering bool)]
 
 // isTimeout reports a request that ran out of its time budget.
 func isTimeout(err error) bool {
