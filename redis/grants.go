@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,43 +163,16 @@ func (h *grantHub) run(sh *grantShard) {
 		_ = sh.ps.Subscribe(ctx, sh.channel)
 	}
 	cancel()
-	failures := 0
-	for {
-		msg, err := sh.ps.ReceiveTimeout(context.Background(), healthInterval)
-		if err != nil {
-			if errors.Is(err, goredis.ErrClosed) || h.isClosed() {
-				return
-			}
-			if isTimeout(err) {
-				// Silence: ping, so that a dead connection fails (the
-				// PubSub then reconnects and subscribes again).
-				ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
-				_ = sh.ps.Ping(ctx)
-				cancel()
-				continue
-			}
-			// The connection broke: grants may have been lost. Every
-			// waiter of the shard renews (which takes a grant made
-			// meanwhile); the next Receive reconnects.
-			h.kickAll(sh)
-			failures++
-			select {
-			case <-h.closing:
-				return
-			case <-time.After(min(10*time.Millisecond<<min(failures, 7), time.Second)):
-			}
-			continue
-		}
-		failures = 0
-		switch m := msg.(type) {
-		case *goredis.Message:
-			h.deliver(m.Payload)
-		case *goredis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				h.confirm(sh)
-			}
-		}
-	}
+	readPubSub(sh.ps, pubsubEvents{
+		closing: h.closing,
+		closed:  h.isClosed,
+		// The connection broke: grants may have been lost. Every waiter
+		// of the shard renews (which takes a grant made meanwhile); the
+		// next Receive reconnects.
+		broken:     func() { h.kickAll(sh) },
+		message:    func(_, payload string) { h.deliver(payload) },
+		subscribed: func(string) { h.confirm(sh) },
+	})
 }
 
 func (h *grantHub) isClosed() bool {

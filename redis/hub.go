@@ -355,10 +355,40 @@ func (sh *shard) do(op shardOp) {
 func (sh *shard) run() {
 	h := sh.h
 	defer h.tasks.Done()
+	readPubSub(sh.ps, pubsubEvents{
+		closing: h.closing,
+		closed:  h.isClosed,
+		// The waiters whose channel has been quiet too long are looked at
+		// after each message, and after each silence.
+		idle: h.sweep,
+		// The connection broke: messages may have been lost. Wake every
+		// waiter to try again; the next Receive reconnects.
+		broken:     func() { h.disconnected(sh) },
+		message:    h.deliver,
+		subscribed: func(channel string) { h.confirm(sh, channel) },
+	})
+}
+
+// pubsubEvents is what readPubSub does on each thing it reads.
+type pubsubEvents struct {
+	closing    <-chan struct{} // closed when the owner closes: no back-off then
+	closed     func() bool     // the owner is closed: stop reading
+	idle       func()          // optional: after each silence's ping and each message
+	broken     func()          // the connection broke (before the back-off)
+	message    func(channel, payload string)
+	subscribed func(channel string) // a (s)subscribe was confirmed
+}
+
+// readPubSub reads a PubSub's connection until it is closed (by the
+// PubSub's Close, or the owner's, ev.closed). A silence of healthInterval
+// is answered with a ping, so that a dead connection fails (the PubSub
+// then reconnects and subscribes again); a broken connection is reported
+// (ev.broken) and the next Receive, after a back-off, reconnects.
+func readPubSub(ps *goredis.PubSub, ev pubsubEvents) {
 	failures := 0
 	for {
-		msg, err := sh.ps.ReceiveTimeout(context.Background(), healthInterval)
-		if h.isClosed() {
+		msg, err := ps.ReceiveTimeout(context.Background(), healthInterval)
+		if ev.closed() {
 			return
 		}
 		if err != nil {
@@ -366,20 +396,18 @@ func (sh *shard) run() {
 				return
 			}
 			if isTimeout(err) {
-				// Silence: ping, so that a dead connection fails the write
-				// (the PubSub then reconnects and subscribes again).
 				ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
-				_ = sh.ps.Ping(ctx)
+				_ = ps.Ping(ctx)
 				cancel()
-				h.sweep()
+				if ev.idle != nil {
+					ev.idle()
+				}
 				continue
 			}
-			// The connection broke: messages may have been lost. Wake every
-			// waiter to try again; the next Receive reconnects.
-			h.disconnected(sh)
+			ev.broken()
 			failures++
 			select {
-			case <-h.closing:
+			case <-ev.closing:
 				return
 			case <-time.After(min(10*time.Millisecond<<min(failures, 7), time.Second)):
 			}
@@ -388,13 +416,15 @@ func (sh *shard) run() {
 		failures = 0
 		switch m := msg.(type) {
 		case *goredis.Message:
-			h.deliver(m.Channel, m.Payload)
+			ev.message(m.Channel, m.Payload)
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				h.confirm(sh, m.Channel)
+				ev.subscribed(m.Channel)
 			}
 		}
-		h.sweep()
+		if ev.idle != nil {
+			ev.idle()
+		}
 	}
 }
 
