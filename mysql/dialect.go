@@ -337,11 +337,18 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
-		return []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
+		var create []sqllock.Stmt
+		if r.Create {
+			// A name this Locker has not seen: its row is created first
+			// if missing, autocommitted, as EnsureRow does (without its
+			// restore: session sets the timeouts next).
+			create = d.EnsureRow(t, r)[:3]
+		}
+		return append(create, session(r), sqllock.S("START TRANSACTION"),
 			sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
-			sqllock.S(tokenTag + "INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE ROW_COUNT() = 1 AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
+			sqllock.S(tokenTag+"INSERT INTO "+t.Seq+" (id) SELECT NULL FROM DUAL WHERE ROW_COUNT() = 1 AND EXISTS (SELECT 1 FROM "+t.Live+" WHERE server = @@server_id)"),
 			sqllock.S("INSERT INTO "+holdTable(t)+" (id, name, owner, session) SELECT LAST_INSERT_ID(), ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1",
-				r.Name, r.Owner)}
+				r.Name, r.Owner))
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
@@ -359,6 +366,11 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 }
 
 var _ sqllock.Sharer = dialect{}
+
+var _ sqllock.RowCreator = dialect{}
+
+// CreatesRow: forupdate's Lock creates a new name's row (Req.Create).
+func (dialect) CreatesRow() {}
 
 // Dedicated: GET_LOCK's leases always share sessions (Inspect reads the
 // holder from the row its grant writes, which names the lock).

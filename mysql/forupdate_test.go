@@ -2,6 +2,8 @@ package mysql_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -93,5 +95,72 @@ func TestForUpdateAddsTheHolderTable(t *testing.T) {
 	defer ls.Release(ctx)
 	if info, err := l.Inspect(ctx, "n"); err != nil || !info.Held || info.Owner != "after/1" || info.Fence != ls.Token() {
 		t.Errorf("inspect: %+v, %v; want held by %q with fence %d", info, err, "after/1", ls.Token())
+	}
+}
+
+// TestForUpdateRowCreatedInTheLock: the first use of a name by a Locker
+// creates its row in the lock's own script; a Locker that has not seen a
+// name held by another is refused (TryAcquire) or waits (Acquire), and a
+// row deleted after a Locker saw it is created again by its next grant,
+// whose token is larger.
+func TestForUpdateRowCreatedInTheLock(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := openDB(t, srv.DSN)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	u := sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "created")
+	a, b := sqltest.Open(t, ctx, u), sqltest.Open(t, ctx, u)
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	held, err := a.TryAcquire(ctx, "c", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := b.TryAcquire(ctx, "c", opts); !errors.Is(err, dlock.ErrNotAcquired) {
+		if err == nil {
+			ls.Release(ctx)
+		}
+		t.Fatalf("a held name, tried by a Locker that had not seen it: %v, want ErrNotAcquired", err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer wcancel()
+	got := make(chan error, 1)
+	go func() {
+		ls, err := b.Acquire(wctx, "c", opts)
+		if err == nil {
+			if ls.Token() <= held.Token() {
+				err = fmt.Errorf("token %d after %d", ls.Token(), held.Token())
+			}
+			ls.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a waiter that had not seen the name: %v", err)
+	}
+	last, err := a.TryAcquire(ctx, "c", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := last.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM created WHERE name = 'c'"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.TryAcquire(ctx, "c", opts)
+	if err != nil {
+		t.Fatalf("a row deleted after its Locker saw it: %v", err)
+	}
+	defer again.Release(ctx)
+	if again.Token() <= last.Token() {
+		t.Errorf("token %d after %d", again.Token(), last.Token())
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM created WHERE name = 'c'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the row after the grant: %d rows, %v; want 1", n, err)
 	}
 }

@@ -97,9 +97,10 @@ func TestRoundTrips(t *testing.T) {
 		}
 		return out
 	}
-	// version/fresh takes a new name each time: its row is created by
-	// the acquire's own statement, in the same round trip.
-	for _, s := range []string{"forupdate", "getlock", "version", "version/fresh"} {
+	// A /fresh run takes a new name each time: its row is created by the
+	// acquire's own script (forupdate: before its transaction; version: by
+	// its one statement), in the same round trip.
+	for _, s := range []string{"forupdate", "forupdate/fresh", "getlock", "version", "version/fresh"} {
 		t.Run(s, func(t *testing.T) {
 			strategy, fresh := strings.CutSuffix(s, "/fresh")
 			l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: strategy, MultiStatements: true})

@@ -50,6 +50,11 @@ type Locker struct {
 	closing  bool
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
 
+	// rows are names whose ForUpdate row this Locker has found (a
+	// RowCreator's Lock creates the others' in the same script); at most
+	// maxKnownRows, then forgotten all at once.
+	rows map[string]struct{}
+
 	hub *hub
 	// id names this Locker's grant channel (VersionQueuer).
 	id string

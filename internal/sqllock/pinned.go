@@ -44,6 +44,10 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	if err != nil {
 		return nil, l.poolErr(ctx, err)
 	}
+	_, creates := l.d.(RowCreator)
+	creates = creates && l.strategy == ForUpdate
+	known := !creates || l.knownRow(r.Name)
+	r.Create = !known
 	for created, recovered := false, false; ; {
 		if wait {
 			r.Wait = 0
@@ -54,6 +58,12 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		start := time.Now()
 		var token int64
 		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		created = created || r.Create && err == nil
+		r.Create = false
+		if err == nil && found && !known {
+			l.addKnownRow(r.Name)
+			known = true
+		}
 		if err == nil && found && token == 0 && l.strategy == ForUpdate {
 			// The server lost its marker (a crash, a failover): no token
 			// was taken. Move the counter on, then try again.
@@ -87,6 +97,11 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		r.Missed = false
 		switch l.nextStep(err, kind, wait, created) {
 		case stepCreateRow:
+			if creates {
+				// The next Lock creates the row.
+				r.Create = true
+				continue
+			}
 			busy, err := l.createRow(ctx, c, r)
 			if err != nil {
 				return nil, ctxErr(ctx, err)
@@ -113,6 +128,29 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			return nil, l.errorf("%w", err)
 		}
 	}
+}
+
+// maxKnownRows bounds Locker.rows.
+const maxKnownRows = 4096
+
+// knownRow reports whether name's ForUpdate row has been found by this
+// Locker (it may have been deleted since: Lock then misses, and the
+// next creates it).
+func (l *Locker) knownRow(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.rows[name]
+	return ok
+}
+
+// addKnownRow records that name's ForUpdate row exists.
+func (l *Locker) addKnownRow(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rows == nil || len(l.rows) >= maxKnownRows {
+		l.rows = make(map[string]struct{})
+	}
+	l.rows[name] = struct{}{}
 }
 
 // errUndo: an attempt that was not granted could not be undone on its
