@@ -27,6 +27,12 @@ const (
 	// changedTag: the answer is one row, (TRUE), when the statement
 	// changed a row, and no row otherwise.
 	changedTag = "/* dlock:changed */ "
+	// takeTag: as grantTag, for an UPDATE that evaluates LAST_INSERT_ID(1)
+	// when it finds the row held: no row when the insert id is 0 (the
+	// statement found no row), (NULL, NULL) when it is 1, else (the insert
+	// id, NULL). A token is never 1 (nextFence: at least the server's
+	// clock in microseconds).
+	takeTag = "/* dlock:take */ "
 )
 
 // A script of several statements in which one is tagged with one of these
@@ -157,15 +163,15 @@ type execer interface {
 // runTagged runs s when it is tagged (handled), scanning its answer into
 // dest as Run would scan the row of a query.
 func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (handled, found bool, err error) {
-	grant := strings.HasPrefix(s.SQL, grantTag)
-	if !grant && !strings.HasPrefix(s.SQL, changedTag) {
+	grant, take := strings.HasPrefix(s.SQL, grantTag), strings.HasPrefix(s.SQL, takeTag)
+	if !grant && !take && !strings.HasPrefix(s.SQL, changedTag) {
 		return false, false, nil
 	}
 	res, err := db.ExecContext(ctx, s.SQL, s.Args...)
 	if err != nil {
 		return true, false, err
 	}
-	if grant {
+	if grant || take {
 		// The OK packet's insert id is the statement's last
 		// LAST_INSERT_ID(expr), whatever clientFoundRows makes of the
 		// row count.
@@ -173,8 +179,11 @@ func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (hand
 		if err != nil {
 			return true, false, err
 		}
+		if take && id == 0 {
+			return true, false, nil
+		}
 		var token any
-		if id > 0 {
+		if id > 0 && !(take && id == 1) {
 			token = id
 		}
 		return true, true, assign(dest, token, nil)

@@ -261,3 +261,34 @@ func TestVersionRefusalWithFoundRows(t *testing.T) {
 		t.Errorf("token %d after %d: not increasing", next.Token(), held.Token())
 	}
 }
+
+// TestVersionRowDeleted: a version Locker takes a name it has found a
+// row for with a plain UPDATE; when the row has been deleted since, the
+// UPDATE finds nothing and the same Acquire creates it again (and is
+// granted, with a larger token), rather than reading the missing row as
+// held.
+func TestVersionRowDeleted(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := openDB(t, srv.DSN)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "version", "table", "deleted_rows"))
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	var last uint64
+	for i := range 3 {
+		ls, err := l.TryAcquire(ctx, "d", opts)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		if ls.Token() <= last {
+			t.Errorf("attempt %d: token %d after %d", i, ls.Token(), last)
+		}
+		last = ls.Token()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "DELETE FROM deleted_rows WHERE name = 'd'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -50,8 +50,8 @@ type Locker struct {
 	closing  bool
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
 
-	// rows are names whose ForUpdate row this Locker has found (a
-	// RowCreator's Lock creates the others' in the same script); at most
+	// rows are names whose row (ForUpdate, Version) this Locker has found
+	// (a RowCreator creates the others' in the attempt's script); at most
 	// maxKnownRows, then forgotten all at once.
 	rows map[string]struct{}
 

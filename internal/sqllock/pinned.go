@@ -133,8 +133,8 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 // maxKnownRows bounds Locker.rows.
 const maxKnownRows = 4096
 
-// knownRow reports whether name's ForUpdate row has been found by this
-// Locker (it may have been deleted since: Lock then misses, and the
+// knownRow reports whether name's row (ForUpdate, Version) has been
+// found by this Locker (it may have been deleted since: Lock then misses, and the
 // next creates it).
 func (l *Locker) knownRow(name string) bool {
 	l.mu.Lock()
@@ -143,7 +143,7 @@ func (l *Locker) knownRow(name string) bool {
 	return ok
 }
 
-// addKnownRow records that name's ForUpdate row exists.
+// addKnownRow records that name's row exists.
 func (l *Locker) addKnownRow(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -198,17 +198,20 @@ type Req struct {
 	// the row (column session), so that VersionAbort can free a grant
 	// whose reply was lost.
 	Nonce int64
-	// Create: ForUpdate's Lock of a RowCreator creates the name's row
-	// first (as EnsureRow does), in the same script.
+	// Create: a RowCreator's ForUpdate Lock or VersionAcquire creates the
+	// name's row if missing, in the same script.
 	Create bool
 }
 
-// RowCreator is a Dialect whose ForUpdate Lock creates the name's row
-// when r.Create is set (committed on its own, before the lock's
-// transaction, with EnsureRow's bounds on waiting), so that the first use
-// of a name is one round trip: not a failed Lock, its Abort, EnsureRow
-// and Lock again. The Locker sets Create for the names it has not seen
-// granted yet (knownRow).
+// RowCreator is a Dialect whose ForUpdate Lock and VersionAcquire create
+// the name's row when r.Create is set, and without it may assume that
+// the row exists (they answer no row when it does not). Lock creates it
+// committed on its own, before the lock's transaction, with EnsureRow's
+// bounds on waiting, so that the first use of a name is one round trip:
+// not a failed Lock, its Abort, EnsureRow and Lock again; VersionAcquire
+// without Create may use a cheaper statement. The Locker sets Create for
+// the names it has not found a row for yet (knownRow), and after an
+// attempt that found none.
 type RowCreator interface {
 	CreatesRow()
 }
