@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
@@ -12,6 +13,16 @@ import (
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
+// tableTest starts a test of strategy on a table of its own on the
+// package's server: its context (a minute), a pool of the test's own and
+// the Locker's URL.
+func tableTest(t *testing.T, strategy, table string) (context.Context, *sql.DB, string) {
+	srv := testenv.MySQL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, openDB(t, srv.DSN), sqltest.WithParams(srv.URL, "strategy", strategy, "table", table)
+}
+
 // TestForUpdateLeavesTheRowUnwritten: a forupdate grant locks the name's
 // row, which its waiters queue on, and writes nothing to it (its holder
 // goes to the holder table): read dirty while the lock is held, the row
@@ -19,11 +30,8 @@ import (
 // row's undo and its waiters a changed row to read again (MySQL's handoff
 // at 32 waiters fell to half its rate at 8).
 func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
-	srv := testenv.MySQL(t)
-	db := openDB(t, srv.DSN)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "unwritten"))
+	ctx, db, u := tableTest(t, "forupdate", "unwritten")
+	l := sqltest.Open(t, ctx, u)
 	const name = "unwritten"
 	for range 2 { // the first grant creates the row
 		ls, err := l.TryAcquire(ctx, name, &dlock.AcquireOptions{Owner: "holder/1", NoKeepAlive: true})
@@ -78,11 +86,7 @@ func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
 // before the holder table gets one when a Locker opens it (the migration
 // only adds a table), and its locks are granted and inspected as usual.
 func TestForUpdateAddsTheHolderTable(t *testing.T) {
-	srv := testenv.MySQL(t)
-	db := openDB(t, srv.DSN)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	u := sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "before_hold")
+	ctx, db, u := tableTest(t, "forupdate", "before_hold")
 	sqltest.Open(t, ctx, u).Close()
 	if _, err := db.ExecContext(ctx, "DROP TABLE before_hold_hold"); err != nil {
 		t.Fatal(err)
@@ -104,11 +108,7 @@ func TestForUpdateAddsTheHolderTable(t *testing.T) {
 // row deleted after a Locker saw it is created again by its next grant,
 // whose token is larger.
 func TestForUpdateRowCreatedInTheLock(t *testing.T) {
-	srv := testenv.MySQL(t)
-	db := openDB(t, srv.DSN)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	u := sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "created")
+	ctx, db, u := tableTest(t, "forupdate", "created")
 	a, b := sqltest.Open(t, ctx, u), sqltest.Open(t, ctx, u)
 	opts := &dlock.AcquireOptions{NoKeepAlive: true}
 	held, err := a.TryAcquire(ctx, "c", opts)

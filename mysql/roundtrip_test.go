@@ -268,11 +268,8 @@ func TestVersionRefusalWithFoundRows(t *testing.T) {
 // granted, with a larger token), rather than reading the missing row as
 // held.
 func TestVersionRowDeleted(t *testing.T) {
-	srv := testenv.MySQL(t)
-	db := openDB(t, srv.DSN)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "version", "table", "deleted_rows"))
+	ctx, db, u := tableTest(t, "version", "deleted_rows")
+	l := sqltest.Open(t, ctx, u)
 	opts := &dlock.AcquireOptions{NoKeepAlive: true}
 	var last uint64
 	for i := range 3 {
