@@ -517,23 +517,22 @@ func nativeKey(t sqllock.Table, r sqllock.Req) string {
 // read (the caller's backoff is shorter than a lease anyway).
 //
 // Without r.Create (a name whose row the Locker has found before) it is
-// the same conditional assignments in a plain UPDATE, which costs the
-// server less than an INSERT that fails into its update: a row held by
-// another makes it evaluate LAST_INSERT_ID(1), no row leaves the insert
-// id 0, and the OK packet tells the three apart (takeTag).
+// an UPDATE of the row when free, which costs the server less than the
+// INSERT that fails into its update (by 20 µs a grant, measured
+// interleaved on one connection). The OK packet tells a grant (a row
+// changed, its token the insert id), a held row (no row changed: its
+// WHERE's second term, always false, set the insert id to the holder's
+// token, which is never 0) and no row (the insert id 0) apart (takeTag).
+// A server that skipped that term would make a held row read as a
+// missing one: the caller then tries again with Create, which refuses.
 func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	const free = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))"
 	expires := "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
 	ttl := sqllock.Micros(r.TTL)
 	if !r.Create {
 		return []sqllock.Stmt{
-			sqllock.S(takeTag+"UPDATE "+t.Q+" SET"+
-				" fence = IF("+free+", LAST_INSERT_ID("+nextFence+"), fence + LAST_INSERT_ID(1) - 1),"+
-				" owner = IF("+free+", ?, owner),"+
-				" acquired_at = IF("+free+", UTC_TIMESTAMP(6), acquired_at),"+
-				" session = IF("+free+", ?, session),"+
-				" expires_at = IF("+free+", "+expires+", expires_at)"+
-				" WHERE name = ?",
+			sqllock.S(takeTag+"UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = ?, expires_at = "+expires+
+				" WHERE name = ? AND ("+free+" OR LAST_INSERT_ID(fence) < 0)",
 				r.Owner, r.Nonce, ttl, r.Name),
 		}
 	}

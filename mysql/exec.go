@@ -27,11 +27,13 @@ const (
 	// changedTag: the answer is one row, (TRUE), when the statement
 	// changed a row, and no row otherwise.
 	changedTag = "/* dlock:changed */ "
-	// takeTag: as grantTag, for an UPDATE that evaluates LAST_INSERT_ID(1)
-	// when it finds the row held: no row when the insert id is 0 (the
-	// statement found no row), (NULL, NULL) when it is 1, else (the insert
-	// id, NULL). A token is never 1 (nextFence: at least the server's
-	// clock in microseconds).
+	// takeTag: as grantTag, for an UPDATE of the row when free whose
+	// WHERE evaluates LAST_INSERT_ID(fence) when the row is held: (the
+	// insert id, NULL) when it changed the row, (NULL, NULL) when it
+	// did not but the insert id is set (the holder's token, never 0), no
+	// row when the insert id is 0 (the statement found no row). A held row
+	// does not match the WHERE: it counts as no row changed whatever
+	// clientFoundRows says.
 	takeTag = "/* dlock:take */ "
 )
 
@@ -182,8 +184,13 @@ func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (hand
 		if take && id == 0 {
 			return true, false, nil
 		}
+		if take {
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return true, err == nil, err
+			}
+		}
 		var token any
-		if id > 0 && !(take && id == 1) {
+		if id > 0 {
 			token = id
 		}
 		return true, true, assign(dest, token, nil)
