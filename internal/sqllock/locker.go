@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/internal/knownset"
 )
 
 // Config configures New.
@@ -51,9 +52,9 @@ type Locker struct {
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
 
 	// rows are names whose row (ForUpdate, Version) this Locker has found
-	// (a RowCreator creates the others' in the attempt's script); at most
-	// maxKnownRows, then forgotten all at once.
-	rows map[string]struct{}
+	// (a RowCreator creates the others' in the attempt's script; a row
+	// deleted since is missed once and created again).
+	rows knownset.Set
 
 	hub *hub
 	// id names this Locker's grant channel (VersionQueuer).

@@ -46,7 +46,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	}
 	_, creates := l.d.(RowCreator)
 	creates = creates && l.strategy == ForUpdate
-	known := !creates || l.knownRow(r.Name)
+	known := !creates || l.rows.Has(r.Name)
 	r.Create = !known
 	for created, recovered := false, false; ; {
 		if wait {
@@ -61,7 +61,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		created = created || r.Create && err == nil
 		r.Create = false
 		if err == nil && found && !known {
-			l.addKnownRow(r.Name)
+			l.rows.Add(r.Name)
 			known = true
 		}
 		if err == nil && found && token == 0 && l.strategy == ForUpdate {
@@ -128,29 +128,6 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			return nil, l.errorf("%w", err)
 		}
 	}
-}
-
-// maxKnownRows bounds Locker.rows.
-const maxKnownRows = 4096
-
-// knownRow reports whether name's row (ForUpdate, Version) has been
-// found by this Locker (it may have been deleted since: Lock then misses, and the
-// next creates it).
-func (l *Locker) knownRow(name string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.rows[name]
-	return ok
-}
-
-// addKnownRow records that name's row exists.
-func (l *Locker) addKnownRow(name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.rows == nil || len(l.rows) >= maxKnownRows {
-		l.rows = make(map[string]struct{})
-	}
-	l.rows[name] = struct{}{}
 }
 
 // errUndo: an attempt that was not granted could not be undone on its

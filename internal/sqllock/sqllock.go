@@ -210,7 +210,7 @@ type Req struct {
 // bounds on waiting, so that the first use of a name is one round trip:
 // not a failed Lock, its Abort, EnsureRow and Lock again; VersionAcquire
 // without Create may use a cheaper statement. The Locker sets Create for
-// the names it has not found a row for yet (knownRow), and after an
+// the names it has not found a row for yet (Locker.rows), and after an
 // attempt that found none.
 type RowCreator interface {
 	CreatesRow()

@@ -19,7 +19,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	}
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: newNonce(), Channel: l.t.Channel}
 	_, creates := l.d.(RowCreator)
-	known := !creates || l.knownRow(r.Name)
+	known := !creates || l.rows.Has(r.Name)
 	r.Create = !known
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
@@ -36,7 +36,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	}
 	r.Create = false
 	if err == nil && found && !known {
-		l.addKnownRow(r.Name)
+		l.rows.Add(r.Name)
 	}
 	if err != nil {
 		if k := l.d.Classify(err); ctx.Err() == nil && (k == KindBusy || k == KindDeadlock) {
