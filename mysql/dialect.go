@@ -337,11 +337,18 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		if r.NoWait {
 			nowait = " NOWAIT"
 		}
-		return []sqllock.Stmt{session(r), sqllock.S("START TRANSACTION"),
+		var create []sqllock.Stmt
+		if r.Create {
+			// A name this Locker has not seen: its row is created first
+			// if missing, autocommitted, as EnsureRow does (without its
+			// restore: session sets the timeouts next).
+			create = d.EnsureRow(t, r)[:3]
+		}
+		return append(create, session(r), sqllock.S("START TRANSACTION"),
 			sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
-			sqllock.S(tokenTag + "INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE ROW_COUNT() = 1 AND EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"),
+			sqllock.S(tokenTag+"INSERT INTO "+t.Seq+" (id) SELECT NULL FROM DUAL WHERE ROW_COUNT() = 1 AND EXISTS (SELECT 1 FROM "+t.Live+" WHERE server = @@server_id)"),
 			sqllock.S("INSERT INTO "+holdTable(t)+" (id, name, owner, session) SELECT LAST_INSERT_ID(), ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1",
-				r.Name, r.Owner)}
+				r.Name, r.Owner))
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
@@ -359,6 +366,12 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 }
 
 var _ sqllock.Sharer = dialect{}
+
+var _ sqllock.RowCreator = dialect{}
+
+// CreatesRow: forupdate's Lock and VersionAcquire create a new name's row
+// (Req.Create).
+func (dialect) CreatesRow() {}
 
 // Dedicated: GET_LOCK's leases always share sessions (Inspect reads the
 // holder from the row its grant writes, which names the lock).
@@ -502,10 +515,27 @@ func nativeKey(t sqllock.Table, r sqllock.Req) string {
 // statement's last LAST_INSERT_ID(expr), set to 0 when the row was held.
 // Not granted, it changes nothing; the holder's remaining lease is not
 // read (the caller's backoff is shorter than a lease anyway).
+//
+// Without r.Create (a name whose row the Locker has found before) it is
+// an UPDATE of the row when free, which costs the server less than the
+// INSERT that fails into its update (by 20 µs a grant, measured
+// interleaved on one connection). The OK packet tells a grant (a row
+// changed, its token the insert id), a held row (no row changed: its
+// WHERE's second term, always false, set the insert id to the holder's
+// token, which is never 0) and no row (the insert id 0) apart (takeTag).
+// A server that skipped that term would make a held row read as a
+// missing one: the caller then tries again with Create, which refuses.
 func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	const free = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))"
 	expires := "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
 	ttl := sqllock.Micros(r.TTL)
+	if !r.Create {
+		return []sqllock.Stmt{
+			sqllock.S(takeTag+"UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = ?, expires_at = "+expires+
+				" WHERE name = ? AND ("+free+" OR LAST_INSERT_ID(fence) < 0)",
+				r.Owner, r.Nonce, ttl, r.Name),
+		}
+	}
 	return []sqllock.Stmt{
 		sqllock.S(grantTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, expires_at, session)"+
 			" VALUES (?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), "+expires+", ?) ON DUPLICATE KEY UPDATE"+

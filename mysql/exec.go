@@ -27,6 +27,14 @@ const (
 	// changedTag: the answer is one row, (TRUE), when the statement
 	// changed a row, and no row otherwise.
 	changedTag = "/* dlock:changed */ "
+	// takeTag: as grantTag, for an UPDATE of the row when free whose
+	// WHERE evaluates LAST_INSERT_ID(fence) when the row is held: (the
+	// insert id, NULL) when it changed the row, (NULL, NULL) when it
+	// did not but the insert id is set (the holder's token, never 0), no
+	// row when the insert id is 0 (the statement found no row). A held row
+	// does not match the WHERE: it counts as no row changed whatever
+	// clientFoundRows says.
+	takeTag = "/* dlock:take */ "
 )
 
 // A script of several statements in which one is tagged with one of these
@@ -157,21 +165,29 @@ type execer interface {
 // runTagged runs s when it is tagged (handled), scanning its answer into
 // dest as Run would scan the row of a query.
 func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (handled, found bool, err error) {
-	grant := strings.HasPrefix(s.SQL, grantTag)
-	if !grant && !strings.HasPrefix(s.SQL, changedTag) {
+	grant, take := strings.HasPrefix(s.SQL, grantTag), strings.HasPrefix(s.SQL, takeTag)
+	if !grant && !take && !strings.HasPrefix(s.SQL, changedTag) {
 		return false, false, nil
 	}
 	res, err := db.ExecContext(ctx, s.SQL, s.Args...)
 	if err != nil {
 		return true, false, err
 	}
-	if grant {
+	if grant || take {
 		// The OK packet's insert id is the statement's last
 		// LAST_INSERT_ID(expr), whatever clientFoundRows makes of the
 		// row count.
 		id, err := res.LastInsertId()
 		if err != nil {
 			return true, false, err
+		}
+		if take && id == 0 {
+			return true, false, nil
+		}
+		if take {
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return true, err == nil, err
+			}
 		}
 		var token any
 		if id > 0 {

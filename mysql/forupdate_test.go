@@ -2,6 +2,9 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +13,16 @@ import (
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
+// tableTest starts a test of strategy on a table of its own on the
+// package's server: its context (a minute), a pool of the test's own and
+// the Locker's URL.
+func tableTest(t *testing.T, strategy, table string) (context.Context, *sql.DB, string) {
+	srv := testenv.MySQL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, openDB(t, srv.DSN), sqltest.WithParams(srv.URL, "strategy", strategy, "table", table)
+}
+
 // TestForUpdateLeavesTheRowUnwritten: a forupdate grant locks the name's
 // row, which its waiters queue on, and writes nothing to it (its holder
 // goes to the holder table): read dirty while the lock is held, the row
@@ -17,11 +30,8 @@ import (
 // row's undo and its waiters a changed row to read again (MySQL's handoff
 // at 32 waiters fell to half its rate at 8).
 func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
-	srv := testenv.MySQL(t)
-	db := openDB(t, srv.DSN)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "unwritten"))
+	ctx, db, u := tableTest(t, "forupdate", "unwritten")
+	l := sqltest.Open(t, ctx, u)
 	const name = "unwritten"
 	for range 2 { // the first grant creates the row
 		ls, err := l.TryAcquire(ctx, name, &dlock.AcquireOptions{Owner: "holder/1", NoKeepAlive: true})
@@ -76,11 +86,7 @@ func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
 // before the holder table gets one when a Locker opens it (the migration
 // only adds a table), and its locks are granted and inspected as usual.
 func TestForUpdateAddsTheHolderTable(t *testing.T) {
-	srv := testenv.MySQL(t)
-	db := openDB(t, srv.DSN)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	u := sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", "before_hold")
+	ctx, db, u := tableTest(t, "forupdate", "before_hold")
 	sqltest.Open(t, ctx, u).Close()
 	if _, err := db.ExecContext(ctx, "DROP TABLE before_hold_hold"); err != nil {
 		t.Fatal(err)
@@ -93,5 +99,68 @@ func TestForUpdateAddsTheHolderTable(t *testing.T) {
 	defer ls.Release(ctx)
 	if info, err := l.Inspect(ctx, "n"); err != nil || !info.Held || info.Owner != "after/1" || info.Fence != ls.Token() {
 		t.Errorf("inspect: %+v, %v; want held by %q with fence %d", info, err, "after/1", ls.Token())
+	}
+}
+
+// TestForUpdateRowCreatedInTheLock: the first use of a name by a Locker
+// creates its row in the lock's own script; a Locker that has not seen a
+// name held by another is refused (TryAcquire) or waits (Acquire), and a
+// row deleted after a Locker saw it is created again by its next grant,
+// whose token is larger.
+func TestForUpdateRowCreatedInTheLock(t *testing.T) {
+	ctx, db, u := tableTest(t, "forupdate", "created")
+	a, b := sqltest.Open(t, ctx, u), sqltest.Open(t, ctx, u)
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	held, err := a.TryAcquire(ctx, "c", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := b.TryAcquire(ctx, "c", opts); !errors.Is(err, dlock.ErrNotAcquired) {
+		if err == nil {
+			ls.Release(ctx)
+		}
+		t.Fatalf("a held name, tried by a Locker that had not seen it: %v, want ErrNotAcquired", err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer wcancel()
+	got := make(chan error, 1)
+	go func() {
+		ls, err := b.Acquire(wctx, "c", opts)
+		if err == nil {
+			if ls.Token() <= held.Token() {
+				err = fmt.Errorf("token %d after %d", ls.Token(), held.Token())
+			}
+			ls.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a waiter that had not seen the name: %v", err)
+	}
+	last, err := a.TryAcquire(ctx, "c", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := last.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM created WHERE name = 'c'"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.TryAcquire(ctx, "c", opts)
+	if err != nil {
+		t.Fatalf("a row deleted after its Locker saw it: %v", err)
+	}
+	defer again.Release(ctx)
+	if again.Token() <= last.Token() {
+		t.Errorf("token %d after %d", again.Token(), last.Token())
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM created WHERE name = 'c'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the row after the grant: %d rows, %v; want 1", n, err)
 	}
 }

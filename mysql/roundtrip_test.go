@@ -97,9 +97,10 @@ func TestRoundTrips(t *testing.T) {
 		}
 		return out
 	}
-	// version/fresh takes a new name each time: its row is created by
-	// the acquire's own statement, in the same round trip.
-	for _, s := range []string{"forupdate", "getlock", "version", "version/fresh"} {
+	// A /fresh run takes a new name each time: its row is created by the
+	// acquire's own script (forupdate: before its transaction; version: by
+	// its one statement), in the same round trip.
+	for _, s := range []string{"forupdate", "forupdate/fresh", "getlock", "version", "version/fresh"} {
 		t.Run(s, func(t *testing.T) {
 			strategy, fresh := strings.CutSuffix(s, "/fresh")
 			l, err := mysql.OpenLocker(db, &mysql.Options{Strategy: strategy, MultiStatements: true})
@@ -258,5 +259,33 @@ func TestVersionRefusalWithFoundRows(t *testing.T) {
 	defer next.Release(ctx)
 	if next.Token() <= held.Token() {
 		t.Errorf("token %d after %d: not increasing", next.Token(), held.Token())
+	}
+}
+
+// TestVersionRowDeleted: a version Locker takes a name it has found a
+// row for with a plain UPDATE; when the row has been deleted since, the
+// UPDATE finds nothing and the same Acquire creates it again (and is
+// granted, with a larger token), rather than reading the missing row as
+// held.
+func TestVersionRowDeleted(t *testing.T) {
+	ctx, db, u := tableTest(t, "version", "deleted_rows")
+	l := sqltest.Open(t, ctx, u)
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	var last uint64
+	for i := range 3 {
+		ls, err := l.TryAcquire(ctx, "d", opts)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		if ls.Token() <= last {
+			t.Errorf("attempt %d: token %d after %d", i, ls.Token(), last)
+		}
+		last = ls.Token()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "DELETE FROM deleted_rows WHERE name = 'd'"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

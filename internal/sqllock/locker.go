@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/internal/knownset"
 )
 
 // Config configures New.
@@ -49,6 +50,11 @@ type Locker struct {
 	opening  int        // shared sessions being opened
 	closing  bool
 	cleanups background.Group // clean-ups of cancelled or lost leases; Close waits
+
+	// rows are names whose row (ForUpdate, Version) this Locker has found
+	// (a RowCreator creates the others' in the attempt's script; a row
+	// deleted since is missed once and created again).
+	rows knownset.Set
 
 	hub *hub
 	// id names this Locker's grant channel (VersionQueuer).

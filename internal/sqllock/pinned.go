@@ -44,6 +44,10 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 	if err != nil {
 		return nil, l.poolErr(ctx, err)
 	}
+	_, creates := l.d.(RowCreator)
+	creates = creates && l.strategy == ForUpdate
+	known := !creates || l.rows.Has(r.Name)
+	r.Create = !known
 	for created, recovered := false, false; ; {
 		if wait {
 			r.Wait = 0
@@ -54,6 +58,12 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		start := time.Now()
 		var token int64
 		found, err := c.Run(ctx, l.d.Lock(l.strategy, l.t, r), &token)
+		created = created || r.Create && err == nil
+		r.Create = false
+		if err == nil && found && !known {
+			l.rows.Add(r.Name)
+			known = true
+		}
 		if err == nil && found && token == 0 && l.strategy == ForUpdate {
 			// The server lost its marker (a crash, a failover): no token
 			// was taken. Move the counter on, then try again.
@@ -87,6 +97,11 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 		r.Missed = false
 		switch l.nextStep(err, kind, wait, created) {
 		case stepCreateRow:
+			if creates {
+				// The next Lock creates the row.
+				r.Create = true
+				continue
+			}
 			busy, err := l.createRow(ctx, c, r)
 			if err != nil {
 				return nil, ctxErr(ctx, err)

@@ -198,6 +198,22 @@ type Req struct {
 	// the row (column session), so that VersionAbort can free a grant
 	// whose reply was lost.
 	Nonce int64
+	// Create: a RowCreator's ForUpdate Lock or VersionAcquire creates the
+	// name's row if missing, in the same script.
+	Create bool
+}
+
+// RowCreator is a Dialect whose ForUpdate Lock and VersionAcquire create
+// the name's row when r.Create is set, and without it may assume that
+// the row exists (they answer no row when it does not). Lock creates it
+// committed on its own, before the lock's transaction, with EnsureRow's
+// bounds on waiting, so that the first use of a name is one round trip:
+// not a failed Lock, its Abort, EnsureRow and Lock again; VersionAcquire
+// without Create may use a cheaper statement. The Locker sets Create for
+// the names it has not found a row for yet (Locker.rows), and after an
+// attempt that found none.
+type RowCreator interface {
+	CreatesRow()
 }
 
 // Dialect supplies the SQL of each step and classifies errors. Scripts
@@ -229,8 +245,8 @@ type Dialect interface {
 
 	// Lock takes the lock of a pinned strategy (ForUpdate, Native). When
 	// granted, the last statement returns one row: the token. No row
-	// means: ForUpdate: the name's row is missing (EnsureRow, then try
-	// again); Native: not granted within r.Wait (or at once with NoWait).
+	// means: ForUpdate: the name's row is missing (EnsureRow, or for a
+	// RowCreator r.Create, then try again); Native: not granted within r.Wait (or at once with NoWait).
 	Lock(s Strategy, t Table, r Req) []Stmt
 	// Recover is run (on the connection of a ForUpdate attempt, after its
 	// Abort) when Lock returned the token 0. ForUpdate's token is the

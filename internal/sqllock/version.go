@@ -18,13 +18,25 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		return nil, ctxErr(ctx, err)
 	}
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, NoWait: true, Nonce: newNonce(), Channel: l.t.Channel}
+	_, creates := l.d.(RowCreator)
+	known := !creates || l.rows.Has(r.Name)
+	r.Create = !known
 	var token, remaining *int64
 	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err == nil && !found {
 		// No row yet (a dialect may report that): create it, try again.
-		if _, err = l.pool.Run(ctx, l.d.EnsureRow(l.t, r)); err == nil {
+		if creates {
+			r.Create = true
+		} else {
+			_, err = l.pool.Run(ctx, l.d.EnsureRow(l.t, r))
+		}
+		if err == nil {
 			found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 		}
+	}
+	r.Create = false
+	if err == nil && found && !known {
+		l.rows.Add(r.Name)
 	}
 	if err != nil {
 		if k := l.d.Classify(err); ctx.Err() == nil && (k == KindBusy || k == KindDeadlock) {
