@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -24,6 +25,12 @@ type lease struct {
 
 	lost chan struct{} // closed when the lease may be gone
 	stop chan struct{} // closed by Release
+
+	// fires counts the events on the node's path that reached the
+	// Locker's event callback (session.onEvent); arm is the newest watch
+	// set on the node that refreshedLocally may rely on (nil: none).
+	fires atomic.Uint64
+	arm   atomic.Pointer[arming]
 
 	mu       sync.Mutex
 	isLost   bool
@@ -141,6 +148,7 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 		if rel, lost := ls.stopped(); rel || lost {
 			return nil, false
 		}
+		c, f := ls.beforeWatch()
 		ctx, cancel := context.WithTimeout(context.Background(), max(ls.l.s.sessionTimeout(), time.Second))
 		d, err := getW(ctx, ls.l.conn, ls.path)
 		cancel()
@@ -150,6 +158,7 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 				ls.lose("zookeeper: the lock node now belongs to another grant")
 				return nil, false
 			}
+			ls.watched(c, f)
 			return d.ch, true
 		case errors.Is(err, zk.ErrNoNode):
 			ls.lose("zookeeper: the lock node was deleted (revoked, or its session expired)")
@@ -170,17 +179,118 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 	}
 }
 
-// Refresh verifies, in one round trip, that the node still exists and
-// belongs to this lease's session, which the server keeps alive; ttl is
-// ignored (the session timeout bounds the lease). It returns as soon as the
-// lease is lost, even while the connection is down.
+// arming is a data watch on the lease's node that the server registered
+// for this session: the request that set it got its reply on connection c,
+// before the tracker's clock read at; fires was the lease's count of node
+// events before the request was sent.
+type arming struct {
+	c     *trackedConn
+	at    int64
+	fires uint64
+}
+
+// beforeWatch notes, before a request that sets a watch on the node, the
+// connection and the count of node events (nil: the Locker's connection
+// is a user's, which has no tracker: no refresh is local).
+func (ls *lease) beforeWatch() (*trackedConn, uint64) {
+	if ls.l.s.tr == nil {
+		return nil, 0
+	}
+	return ls.l.s.tr.current(), ls.fires.Load()
+}
+
+// watched records the watch that a request begun after beforeWatch
+// returned (c, f) has just set, unless the connection changed meanwhile:
+// the reply may then have come on another connection than c.
+func (ls *lease) watched(c *trackedConn, f uint64) {
+	if c == nil || ls.l.s.tr.current() != c {
+		return
+	}
+	ls.arm.Store(&arming{c: c, at: ls.l.s.tr.now(), fires: f})
+}
+
+// needsWatch reports whether a refresh's round trip should set a watch on
+// the node (a getData with watch) rather than only look (exists): the node
+// has no watch on the current connection that refreshedLocally could use.
+func (ls *lease) needsWatch(c *trackedConn, f uint64) bool {
+	a := ls.arm.Load()
+	return c != nil && (a == nil || a.c != c || a.fires != f)
+}
+
+// refreshedLocally reports whether the node is known, without a round
+// trip, to exist unchanged in this lease's session as of a request the
+// server processed less than a half session timeout ago: as much as an
+// exists sent then would tell. It is when
+//
+//	(a) a data watch on the node was set by a request R0 whose reply came
+//	    on the current connection c (arm), and
+//	(b) no event on the node's path has reached the Locker's event
+//	    callback since before R0 was sent (fires unchanged), and
+//	(c) a later request R1 on c (sent after R0's reply was read: its send
+//	    time is after arm.at) has had its reply read, R1 sent less than
+//	    half the negotiated session timeout ago, and the session is the
+//	    lease's.
+//
+// Why that is enough. A connection carries a session's requests in order,
+// so the server processed R1 after R0, with the watch in place. Had the
+// node been deleted (by an administrator, or because the session expired)
+// or written between R0 and R1, the server would have fired the watch;
+// ZooKeeper delivers a watch event to the client before the reply to any
+// request it processed after the change, on the same connection (a client
+// sees the event before it sees the new state). go-zookeeper reads and
+// handles one packet at a time, the event callback included, before the
+// next; the tracker records R1's reply only when it reads R1's reply, so
+// the event would have counted in fires before ack records R1 (the loads
+// below read the ack first, then fires). A reconnection is a new
+// connection: the watch then lives only through the setWatches
+// go-zookeeper sends in the background, possibly after R1, so (a) asks for
+// the current connection, and the next refresh round trip sets a watch
+// there. A watch that go-zookeeper drops (session expired, Locker closed)
+// is reported by an EventNotWatching on the path, which counts in fires too.
+//
+// What it does not change. The driver contract's ttl is ignored here as in
+// the round trip: the session bounds the lease, and the session monitor
+// ends it (Lost) before the server could expire the session, counting from
+// the newest reply read, whatever refreshes did. A local answer is at most
+// half a session timeout old, and an administrator's delete that the
+// server processed before R1 has already ended it; one processed after R1
+// is learnt when its event arrives (the watch ends the lease at once), as
+// it is with a round trip that crossed it.
+func (ls *lease) refreshedLocally() bool {
+	tr := ls.l.s.tr
+	a := ls.arm.Load()
+	if tr == nil || a == nil || tr.current() != a.c {
+		return false
+	}
+	ack := a.c.lastAck.Load() // before fires: see above
+	if ack <= a.at || ls.fires.Load() != a.fires {
+		return false
+	}
+	t := ls.l.s.sessionTimeout()
+	return t > 0 && tr.now()-ack < int64(t/2) && ls.l.conn.SessionID() == ls.sid
+}
+
+// Refresh verifies that the node still exists and belongs to this lease's
+// session, which the server keeps alive; ttl is ignored (the session
+// timeout bounds the lease). Most refreshes answer without a round trip
+// (refreshedLocally); the others send one request: an exists, or a getData
+// that also sets the watch refreshedLocally needs on the current
+// connection. It returns as soon as the lease is lost, even while the
+// connection is down.
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if rel, lost := ls.stopped(); rel || lost {
 		return fmt.Errorf("zookeeper: %w", driver.ErrNotHeld)
 	}
-	ctx, cancel := ls.untilLost(ctx)
-	defer cancel()
-	r, err := call(ctx, func() (*zk.Stat, error) {
+	if ls.refreshedLocally() {
+		return nil
+	}
+	c, f := ls.beforeWatch()
+	watch := ls.needsWatch(c, f)
+	r, err := callUntil(ctx, ls.lost, func() (*zk.Stat, error) {
+		if watch {
+			_, st, _, err := ls.l.conn.GetW(ls.path)
+			return st, err
+		}
 		ok, st, err := ls.l.conn.Exists(ls.path)
 		if err == nil && !ok {
 			err = zk.ErrNoNode
@@ -200,21 +310,12 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		ls.lose("zookeeper: refresh found the lock node owned by another session")
 		return fmt.Errorf("zookeeper: %w: the session changed", driver.ErrNotHeld)
 	}
+	if watch {
+		// The watch's channel is dropped: the lease's own watch goroutine
+		// ends the lease on a deletion; this one only counts in fires.
+		ls.watched(c, f)
+	}
 	return nil
-}
-
-// untilLost returns ctx, also cancelled when the lease is lost: a request
-// queued on a broken connection must not outlive the lease.
-func (ls *lease) untilLost(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-ls.lost:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }
 
 func (ls *lease) reason() string {

@@ -34,10 +34,11 @@ type session struct {
 
 	mu        sync.Mutex
 	leases    map[*lease]struct{}
-	sid       int64     // session id last seen established
-	downSince time.Time // user's connection: when it was first seen down
-	ended     bool      // closeAll was called
-	nextCheck time.Time // when run checks next
+	byPath    map[string][]*lease // leases by node path, for onEvent
+	sid       int64               // session id last seen established
+	downSince time.Time           // user's connection: when it was first seen down
+	ended     bool                // closeAll was called
+	nextCheck time.Time           // when run checks next
 }
 
 // pollEvery is how often the session state is polled when no event
@@ -54,7 +55,8 @@ func newSession(conn *zk.Conn, tr *tracker, timeout time.Duration, events <-chan
 		tr.refused = checkSessionTimeout(timeout)
 	}
 	return &session{conn: conn, tr: tr, timeout: timeout, events: events,
-		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{})}
+		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{}),
+		byPath: make(map[string][]*lease)}
 }
 
 // lossMargin is subtracted from the session timeout: the clock-rate
@@ -89,8 +91,18 @@ func (s *session) crashBound() time.Duration {
 
 // onEvent is go-zookeeper's event callback for the Locker's own
 // connection. It runs in go-zookeeper's loop and must not block.
+// A node event (a watch fired on a lease's node, or the watches were
+// dropped) counts in the lease's fires before go-zookeeper reads the next
+// reply (see trackedConn.Read).
 func (s *session) onEvent(ev zk.Event) {
 	if ev.Type != zk.EventSession {
+		if ev.Path != "" {
+			s.mu.Lock()
+			for _, ls := range s.byPath[ev.Path] {
+				ls.fires.Add(1)
+			}
+			s.mu.Unlock()
+		}
 		return
 	}
 	if ev.State == zk.StateExpired {
@@ -248,11 +260,11 @@ func (s *session) register(ls *lease) {
 		return
 	}
 	if dl, ok := s.deadlineLocked(); ok && !time.Now().Before(dl) {
-		s.leases[ls] = struct{}{}
+		s.addLocked(ls)
 		s.loseLocked(func(x *lease) bool { return x == ls }, whyMayExpire)
 		return
 	}
-	s.leases[ls] = struct{}{}
+	s.addLocked(ls)
 	if dl, ok := s.deadlineLocked(); ok && dl.Before(s.nextCheck) {
 		s.signal() // the deadline timer must be armed sooner
 	}
@@ -260,8 +272,29 @@ func (s *session) register(ls *lease) {
 
 func (s *session) unregister(ls *lease) {
 	s.mu.Lock()
-	delete(s.leases, ls)
+	s.removeLocked(ls)
 	s.mu.Unlock()
+}
+
+func (s *session) addLocked(ls *lease) {
+	s.leases[ls] = struct{}{}
+	s.byPath[ls.path] = append(s.byPath[ls.path], ls)
+}
+
+func (s *session) removeLocked(ls *lease) {
+	delete(s.leases, ls)
+	same := s.byPath[ls.path]
+	for i, x := range same {
+		if x == ls {
+			same = append(same[:i], same[i+1:]...)
+			break
+		}
+	}
+	if len(same) == 0 {
+		delete(s.byPath, ls.path)
+	} else {
+		s.byPath[ls.path] = same
+	}
 }
 
 func (s *session) loseAll(match func(*lease) bool, why string) {
@@ -280,7 +313,7 @@ func (s *session) loseLocked(match func(*lease) bool, why string) {
 		if !match(ls) {
 			continue
 		}
-		delete(s.leases, ls)
+		s.removeLocked(ls)
 		if ls.markLost(why) && why == whyMayExpire && s.janitor != nil {
 			s.janitor(ls.orphan())
 		}
@@ -291,7 +324,7 @@ func (s *session) closeAll() {
 	s.mu.Lock()
 	s.ended = true
 	for ls := range s.leases {
-		delete(s.leases, ls)
+		s.removeLocked(ls)
 		ls.markLost("zookeeper: locker closed")
 	}
 	s.mu.Unlock()
