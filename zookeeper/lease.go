@@ -26,11 +26,12 @@ type lease struct {
 	lost chan struct{} // closed when the lease may be gone
 	stop chan struct{} // closed by Release
 
-	// fires counts the events on the node's path that reached the
-	// Locker's event callback (session.onEvent); arm is the newest watch
-	// set on the node that refreshedLocally may rely on (nil: none).
-	fires atomic.Uint64
-	arm   atomic.Pointer[arming]
+	// pw counts the events on the node's path that reached the Locker's
+	// event callback (session.onEvent) while the lease is registered (nil
+	// if it never was); arm is the newest watch set on the node that
+	// refreshedLocally may rely on (nil: none).
+	pw  *pathWatch
+	arm atomic.Pointer[arming]
 
 	mu       sync.Mutex
 	isLost   bool
@@ -190,20 +191,26 @@ type arming struct {
 }
 
 // beforeWatch notes, before a request that sets a watch on the node, the
-// connection and the count of node events (nil: the Locker's connection
-// is a user's, which has no tracker: no refresh is local).
+// connection and the count of the node's events (nil: the Locker's
+// connection is a user's, which has no tracker, or the lease was never
+// registered: no refresh is local).
 func (ls *lease) beforeWatch() (*trackedConn, uint64) {
-	if ls.l.s.tr == nil {
+	return ls.l.s.beforeWatch(ls.pw)
+}
+
+// beforeWatch is lease.beforeWatch for a path counted in pw.
+func (s *session) beforeWatch(pw *pathWatch) (*trackedConn, uint64) {
+	if s.tr == nil || pw == nil {
 		return nil, 0
 	}
-	return ls.l.s.tr.current(), ls.fires.Load()
+	return s.tr.current(), pw.fires.Load()
 }
 
 // watched records the watch that a request begun after beforeWatch
 // returned (c, f) has just set, unless the connection changed meanwhile:
 // the reply may then have come on another connection than c.
 func (ls *lease) watched(c *trackedConn, f uint64) {
-	if c == nil || ls.l.s.tr.current() != c {
+	if c == nil || ls.pw == nil || ls.l.s.tr.current() != c {
 		return
 	}
 	ls.arm.Store(&arming{c: c, at: ls.l.s.tr.now(), fires: f})
@@ -263,7 +270,7 @@ func (ls *lease) refreshedLocally() bool {
 		return false
 	}
 	ack := a.c.lastAck.Load() // before fires: see above
-	if ack <= a.at || ls.fires.Load() != a.fires {
+	if ack <= a.at || ls.pw.fires.Load() != a.fires {
 		return false
 	}
 	t := ls.l.s.sessionTimeout()

@@ -43,7 +43,9 @@ func untilLocal(t testing.TB, ctx context.Context, ls *dlock.Lease, dl *lease) {
 }
 
 // TestRefreshLocal: a lease whose node is watched on the current
-// connection, with replies read since, refreshes without a request.
+// connection, with replies read since, refreshes without a request. The
+// grant's own watch serves (the basic recipe's pipelined read, the fair
+// recipe's lazy watch): no refresh has to set one first.
 func TestRefreshLocal(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		l := open(t, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
@@ -52,8 +54,21 @@ func TestRefreshLocal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dl, tr := leaseOf(t, l), driverOf(l).s.tr
-		untilLocal(t, ctx, ls, dl)
+		d := driverOf(l)
+		dl, tr := leaseOf(t, l), d.s.tr
+		// Well before the first keep-alive (TTL/3 = 10s), which would set
+		// a watch of its own.
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		for !dl.refreshedLocally() {
+			// A reply newer than the watch: any request's will do.
+			if _, _, err := d.conn.Exists("/"); err != nil {
+				t.Fatal(err)
+			}
+			if err := sleepCtx(wctx, 5*time.Millisecond); err != nil {
+				t.Fatal("the grant's watch did not serve a refresh")
+			}
+		}
 		sent := tr.sent.Load()
 		const n = 100
 		for range n {

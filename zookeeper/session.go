@@ -34,11 +34,11 @@ type session struct {
 
 	mu        sync.Mutex
 	leases    map[*lease]struct{}
-	byPath    map[string][]*lease // leases by node path, for onEvent
-	sid       int64               // session id last seen established
-	downSince time.Time           // user's connection: when it was first seen down
-	ended     bool                // closeAll was called
-	nextCheck time.Time           // when run checks next
+	watches   map[string]*pathWatch // paths whose events onEvent counts
+	sid       int64                 // session id last seen established
+	downSince time.Time             // user's connection: when it was first seen down
+	ended     bool                  // closeAll was called
+	nextCheck time.Time             // when run checks next
 }
 
 // pollEvery is how often the session state is polled when no event
@@ -56,7 +56,7 @@ func newSession(conn *zk.Conn, tr *tracker, timeout time.Duration, events <-chan
 	}
 	return &session{conn: conn, tr: tr, timeout: timeout, events: events,
 		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{}),
-		byPath: make(map[string][]*lease)}
+		watches: make(map[string]*pathWatch)}
 }
 
 // lossMargin is subtracted from the session timeout: the clock-rate
@@ -91,15 +91,15 @@ func (s *session) crashBound() time.Duration {
 
 // onEvent is go-zookeeper's event callback for the Locker's own
 // connection. It runs in go-zookeeper's loop and must not block.
-// A node event (a watch fired on a lease's node, or the watches were
-// dropped) counts in the lease's fires before go-zookeeper reads the next
-// reply (see trackedConn.Read).
+// A node event on a watched path (a watch fired on a lease's node, or the
+// watches were dropped) counts in the path's fires before go-zookeeper
+// reads the next reply (see trackedConn.Read).
 func (s *session) onEvent(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		if ev.Path != "" {
 			s.mu.Lock()
-			for _, ls := range s.byPath[ev.Path] {
-				ls.fires.Add(1)
+			if w := s.watches[ev.Path]; w != nil {
+				w.fires.Add(1)
 			}
 			s.mu.Unlock()
 		}
@@ -276,24 +276,57 @@ func (s *session) unregister(ls *lease) {
 	s.mu.Unlock()
 }
 
+// addLocked registers ls and counts the events on its node's path while
+// it is registered (ls.pw, set once here, before the lease is handed out).
 func (s *session) addLocked(ls *lease) {
 	s.leases[ls] = struct{}{}
-	s.byPath[ls.path] = append(s.byPath[ls.path], ls)
+	ls.pw = s.watchLocked(ls.path)
 }
 
 func (s *session) removeLocked(ls *lease) {
-	delete(s.leases, ls)
-	same := s.byPath[ls.path]
-	for i, x := range same {
-		if x == ls {
-			same = append(same[:i], same[i+1:]...)
-			break
-		}
+	if _, ok := s.leases[ls]; !ok {
+		return
 	}
-	if len(same) == 0 {
-		delete(s.byPath, ls.path)
-	} else {
-		s.byPath[ls.path] = same
+	delete(s.leases, ls)
+	s.unwatchLocked(ls.path)
+}
+
+// pathWatch counts the events on one path that reached onEvent while
+// someone (a lease, an acquisition about to set a watch) asked for it.
+type pathWatch struct {
+	refs  int // guarded by session.mu
+	fires atomic.Uint64
+}
+
+// watchPath starts counting path's events (or adds a reference to the
+// count); unwatchPath drops the reference.
+func (s *session) watchPath(path string) *pathWatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchLocked(path)
+}
+
+func (s *session) unwatchPath(path string) {
+	s.mu.Lock()
+	s.unwatchLocked(path)
+	s.mu.Unlock()
+}
+
+func (s *session) watchLocked(path string) *pathWatch {
+	w := s.watches[path]
+	if w == nil {
+		w = &pathWatch{}
+		s.watches[path] = w
+	}
+	w.refs++
+	return w
+}
+
+func (s *session) unwatchLocked(path string) {
+	if w := s.watches[path]; w != nil {
+		if w.refs--; w.refs == 0 {
+			delete(s.watches, path)
+		}
 	}
 }
 
