@@ -169,8 +169,12 @@
 //
 // A lease is its session's ephemeral node: it lasts as long as the session,
 // and AcquireOptions.TTL is ignored (Capabilities.SessionBound; the
-// keep-alive merely checks, in one round trip, that the node still exists
-// in this session). Capabilities declares the TTL range it accepts,
+// keep-alive merely checks that the node still exists in this session).
+// That check costs no round trip while the node's watch, set on the
+// current connection, has not fired and a reply newer than the watch was
+// read less than half the session timeout ago (ZooKeeper delivers the
+// watch's event before any later reply); otherwise it is one request.
+// Capabilities declares the TTL range it accepts,
 // [dlock.MinTTL, MaxSessionTimeout]; a TTL outside it is refused with
 // ErrInvalidOption before any server call. A short TTL only makes the
 // keep-alive (every TTL/3) check the session more often. If the holder's process dies, the server deletes the

@@ -182,8 +182,8 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 
 // arming is a data watch on the lease's node that the server registered
 // for this session: the request that set it got its reply on connection c,
-// before the tracker's clock read at; fires was the lease's count of node
-// events before the request was sent.
+// before the tracker's clock read at; fires was the count of the node
+// path's events (pathWatch) before the request was sent.
 type arming struct {
 	c     *trackedConn
 	at    int64
