@@ -273,3 +273,39 @@ func BenchmarkHeldLeases(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKeepAlive: one Locker holds 1 000 leases with a 3s TTL and an op
+// is one refresh period (1s) of its keep-alive, after a first one. Reported:
+// requests sent per lease per period (pings aside). dlockbench's scale
+// curve (-workload scale) measures the CPU it costs.
+func BenchmarkKeepAlive(b *testing.B) {
+	const n = 1000
+	const ttl = 3 * time.Second
+	srv := testenv.ZooKeeper(b)
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		b.Run(recipe, func(b *testing.B) {
+			l := open(b, srv.URL, testPrefix(b), "recipe="+recipe)
+			ctx := testenv.Context(b, 10*time.Minute)
+			leases := make([]*dlock.Lease, n)
+			for i := range leases {
+				ls, err := l.Acquire(ctx, "k"+strconv.Itoa(i), &dlock.AcquireOptions{TTL: ttl})
+				if err != nil {
+					b.Fatal(err)
+				}
+				leases[i] = ls
+			}
+			d := driverOf(l)
+			time.Sleep(ttl / 3) // the first refreshes set their watches
+			sent := d.s.tr.sent.Load()
+			b.ResetTimer()
+			time.Sleep(time.Duration(b.N) * ttl / 3)
+			b.StopTimer()
+			b.ReportMetric(float64(d.s.tr.sent.Load()-sent)/float64(b.N*n), "reqs/lease/period")
+			for _, ls := range leases {
+				if err := ls.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
