@@ -228,6 +228,29 @@ func BenchmarkHandoff(b *testing.B) {
 	}
 }
 
+// holdMany opens a Locker with recipe and takes n names with opts; they
+// are released when the benchmark ends.
+func holdMany(b *testing.B, ctx context.Context, url, recipe string, n int, opts *dlock.AcquireOptions) (*locker, []*dlock.Lease) {
+	b.Helper()
+	l := open(b, url, testPrefix(b), "recipe="+recipe)
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		ls, err := l.Acquire(ctx, "h"+strconv.Itoa(i), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		leases[i] = ls
+	}
+	b.Cleanup(func() {
+		for _, ls := range leases {
+			if err := ls.Release(ctx); err != nil {
+				b.Error(err)
+			}
+		}
+	})
+	return driverOf(l), leases
+}
+
 // BenchmarkHeldLeases: one Locker holds 1 000 leases (each recipe) and an
 // op refreshes every one of them once, as the keep-alive does each TTL/3.
 // Reported: requests sent per refresh (pings aside), and ns/op, B/op and
@@ -237,17 +260,8 @@ func BenchmarkHeldLeases(b *testing.B) {
 	srv := testenv.ZooKeeper(b)
 	for _, recipe := range []string{RecipeFair, RecipeBasic} {
 		b.Run(recipe, func(b *testing.B) {
-			l := open(b, srv.URL, testPrefix(b), "recipe="+recipe)
 			ctx := testenv.Context(b, 10*time.Minute)
-			leases := make([]*dlock.Lease, n)
-			for i := range leases {
-				ls, err := l.Acquire(ctx, "h"+strconv.Itoa(i), nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				leases[i] = ls
-			}
-			d := driverOf(l)
+			d, leases := holdMany(b, ctx, srv.URL, recipe, n, nil)
 			// The lazy watches are set, and a reply newer than each read.
 			time.Sleep(10 * lazyWatch)
 			if _, _, err := d.conn.Exists("/"); err != nil {
@@ -265,11 +279,6 @@ func BenchmarkHeldLeases(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(d.s.tr.sent.Load()-sent)/float64(b.N*n), "reqs/refresh")
-			for _, ls := range leases {
-				if err := ls.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
 		})
 	}
 }
@@ -284,28 +293,14 @@ func BenchmarkKeepAlive(b *testing.B) {
 	srv := testenv.ZooKeeper(b)
 	for _, recipe := range []string{RecipeFair, RecipeBasic} {
 		b.Run(recipe, func(b *testing.B) {
-			l := open(b, srv.URL, testPrefix(b), "recipe="+recipe)
 			ctx := testenv.Context(b, 10*time.Minute)
-			leases := make([]*dlock.Lease, n)
-			for i := range leases {
-				ls, err := l.Acquire(ctx, "k"+strconv.Itoa(i), &dlock.AcquireOptions{TTL: ttl})
-				if err != nil {
-					b.Fatal(err)
-				}
-				leases[i] = ls
-			}
-			d := driverOf(l)
+			d, _ := holdMany(b, ctx, srv.URL, recipe, n, &dlock.AcquireOptions{TTL: ttl})
 			time.Sleep(ttl / 3) // the first refreshes set their watches
 			sent := d.s.tr.sent.Load()
 			b.ResetTimer()
 			time.Sleep(time.Duration(b.N) * ttl / 3)
 			b.StopTimer()
 			b.ReportMetric(float64(d.s.tr.sent.Load()-sent)/float64(b.N*n), "reqs/lease/period")
-			for _, ls := range leases {
-				if err := ls.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
 		})
 	}
 }

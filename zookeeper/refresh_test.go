@@ -28,6 +28,18 @@ func leaseOf(t testing.TB, l *dlock.Locker) *lease {
 	return nil
 }
 
+// holdOne opens a Locker on url with query and takes the name "a": the
+// portable lease, its Locker's driver and the driver's lease.
+func holdOne(t *testing.T, ctx context.Context, url, prefix, query string) (*dlock.Lease, *locker, *lease) {
+	t.Helper()
+	l := open(t, url, prefix, query)
+	ls, err := l.Acquire(ctx, "a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls, driverOf(l), leaseOf(t, l)
+}
+
 // untilLocal refreshes ls until its next refresh needs no round trip (a
 // watch set on the current connection, and a reply read since).
 func untilLocal(t testing.TB, ctx context.Context, ls *dlock.Lease, dl *lease) {
@@ -48,14 +60,9 @@ func untilLocal(t testing.TB, ctx context.Context, ls *dlock.Lease, dl *lease) {
 // recipe's lazy watch): no refresh has to set one first.
 func TestRefreshLocal(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
-		l := open(t, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
 		ctx := testenv.Context(t, 30*time.Second)
-		ls, err := l.Acquire(ctx, "a", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := driverOf(l)
-		dl, tr := leaseOf(t, l), d.s.tr
+		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
+		tr := d.s.tr
 		// Well before the first keep-alive (TTL/3 = 10s), which would set
 		// a watch of its own.
 		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -92,19 +99,14 @@ func TestRefreshLocal(t *testing.T) {
 // refresh fails.
 func TestLocalRefreshSeesDeletion(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
-		l := open(t, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
 		ctx := testenv.Context(t, 30*time.Second)
-		ls, err := l.Acquire(ctx, "a", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dl := leaseOf(t, l)
+		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
 		untilLocal(t, ctx, ls, dl)
 		if err := admin.Delete(dl.path, -1); err != nil {
 			t.Fatal(err)
 		}
 		// Any request will do: its reply follows the deletion's event.
-		if _, _, err := driverOf(l).conn.Exists("/"); err != nil {
+		if _, _, err := d.conn.Exists("/"); err != nil {
 			t.Fatal(err)
 		}
 		if dl.refreshedLocally() {
@@ -127,14 +129,9 @@ func TestLocalRefreshSeesDeletion(t *testing.T) {
 // the ones after it are local again.
 func TestRefreshAfterReconnect(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
-		l := open(t, srv.URL, prefix, "session_timeout=4s&recipe="+recipe)
 		ctx := testenv.Context(t, 30*time.Second)
-		ls, err := l.Acquire(ctx, "a", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := driverOf(l)
-		dl, tr := leaseOf(t, l), d.s.tr
+		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "session_timeout=4s&recipe="+recipe)
+		tr := d.s.tr
 		untilLocal(t, ctx, ls, dl)
 		dials := tr.dials.Load()
 		tr.cut()
@@ -169,12 +166,8 @@ func TestRefreshAfterReconnect(t *testing.T) {
 func TestRefreshStalledConnection(t *testing.T) {
 	srv, admin, prefix, ctx := setup(t, 60*time.Second)
 	px := newProxy(t, srv.Addr)
-	l := open(t, "zk://"+px.Addr(), prefix, "session_timeout=6s")
-	ls, err := l.Acquire(ctx, "a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl, tr := leaseOf(t, l), driverOf(l).s.tr
+	ls, d, dl := holdOne(t, ctx, "zk://"+px.Addr(), prefix, "session_timeout=6s")
+	tr := d.s.tr
 	untilLocal(t, ctx, ls, dl)
 	dials := tr.dials.Load()
 	px.Pause()
@@ -192,7 +185,7 @@ func TestRefreshStalledConnection(t *testing.T) {
 	default:
 	}
 	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = ls.Refresh(rctx)
+	err := ls.Refresh(rctx)
 	cancel()
 	if err == nil {
 		t.Error("a refresh succeeded with the server silent past the window")
