@@ -171,9 +171,10 @@
 // and AcquireOptions.TTL is ignored (Capabilities.SessionBound; the
 // keep-alive merely checks that the node still exists in this session).
 // That check costs no round trip while the node's watch, set on the
-// current connection, has not fired and a reply newer than the watch was
-// read less than half the session timeout ago (ZooKeeper delivers the
-// watch's event before any later reply); otherwise it is one request.
+// current connection, has not fired and the newest reply read on it
+// answered a request sent less than half the session timeout ago
+// (ZooKeeper delivers the watch's event before any later reply); otherwise
+// it is one request.
 // Capabilities declares the TTL range it accepts,
 // [dlock.MinTTL, MaxSessionTimeout]; a TTL outside it is refused with
 // ErrInvalidOption before any server call. A short TTL only makes the

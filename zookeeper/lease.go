@@ -181,12 +181,11 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 }
 
 // arming is a data watch on the lease's node that the server registered
-// for this session: the request that set it got its reply on connection c,
-// before the tracker's clock read at; fires was the count of the node
-// path's events (pathWatch) before the request was sent.
+// for this session: the request that set it got its reply on connection c;
+// fires was the count of the node path's events (pathWatch) before the
+// request was sent.
 type arming struct {
 	c     *trackedConn
-	at    int64
 	fires uint64
 }
 
@@ -213,7 +212,7 @@ func (ls *lease) watched(c *trackedConn, f uint64) {
 	if c == nil || ls.pw == nil || ls.l.s.tr.current() != c {
 		return
 	}
-	ls.arm.Store(&arming{c: c, at: ls.l.s.tr.now(), fires: f})
+	ls.arm.Store(&arming{c: c, fires: f})
 }
 
 // needsWatch reports whether a refresh's round trip should set a watch on
@@ -229,25 +228,26 @@ func (ls *lease) needsWatch(c *trackedConn, f uint64) bool {
 // server processed less than a half session timeout ago: as much as an
 // exists sent then would tell. It is when
 //
-//	(a) a data watch on the node was set by a request R0 whose reply came
-//	    on the current connection c (arm), and
+//	(a) a data watch on the node was set by a request R0 (which found the
+//	    node this grant's) whose reply came on the current connection c
+//	    (arm), and
 //	(b) no event on the node's path has reached the Locker's event
 //	    callback since before R0 was sent (fires unchanged), and
-//	(c) a later request R1 on c (sent after R0's reply was read: its send
-//	    time is after arm.at) has had its reply read, R1 sent less than
-//	    half the negotiated session timeout ago, and the session is the
-//	    lease's.
+//	(c) R1, the newest request on c whose reply was read (R0 or a later
+//	    one: go-zookeeper writes requests from one goroutine, in the order
+//	    of their send times), was sent less than half the negotiated
+//	    session timeout ago, and the session is the lease's.
 //
 // Why that is enough. A connection carries a session's requests in order,
-// so the server processed R1 after R0, with the watch in place. Had the
-// node been deleted (by an administrator, or because the session expired)
-// or written between R0 and R1, the server would have fired the watch;
-// ZooKeeper delivers a watch event to the client before the reply to any
-// request it processed after the change, on the same connection (a client
-// sees the event before it sees the new state). go-zookeeper reads and
-// handles one packet at a time, the event callback included, before the
-// next; the tracker records R1's reply only when it reads R1's reply, so
-// the event would have counted in fires before ack records R1 (the loads
+// so the server processed R1 at or after R0, with the watch in place. Had
+// the node been deleted (by an administrator, or because the session
+// expired) or written between R0 and R1, the server would have fired the
+// watch; ZooKeeper delivers a watch event to the client before the reply
+// to any request it processed after the change, on the same connection (a
+// client sees the event before it sees the new state). go-zookeeper reads
+// and handles one packet at a time, the event callback included, before
+// the next; the tracker records R1's reply only when it reads R1's reply,
+// so the event would have counted in fires before the ack of R1 (the loads
 // below read the ack first, then fires). A reconnection is a new
 // connection: the watch then lives only through the setWatches
 // go-zookeeper sends in the background, possibly after R1, so (a) asks for
@@ -270,7 +270,7 @@ func (ls *lease) refreshedLocally() bool {
 		return false
 	}
 	ack := a.c.lastAck.Load() // before fires: see above
-	if ack <= a.at || ls.pw.fires.Load() != a.fires {
+	if ls.pw.fires.Load() != a.fires {
 		return false
 	}
 	t := ls.l.s.sessionTimeout()
