@@ -35,7 +35,7 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 	}
 	// Count the node's events from before the pipelined read sets its
 	// watch: a lease granted here may then rely on that watch at once
-	// (lease.refreshedLocally) rather than set one at its first refresh.
+	// (lease.refreshShared) rather than set one at its first refresh.
 	pw := l.s.watchPath(path)
 	defer l.s.unwatchPath(path)
 	for {

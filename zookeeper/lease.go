@@ -29,7 +29,7 @@ type lease struct {
 	// pw counts the events on the node's path that reached the Locker's
 	// event callback (session.onEvent) while the lease is registered (nil
 	// if it never was); arm is the newest watch set on the node that
-	// refreshedLocally may rely on (nil: none).
+	// refreshShared may rely on (nil: none).
 	pw  *pathWatch
 	arm atomic.Pointer[arming]
 
@@ -217,80 +217,93 @@ func (ls *lease) watched(c *trackedConn, f uint64) {
 
 // needsWatch reports whether a refresh's round trip should set a watch on
 // the node (a getData with watch) rather than only look (exists): the node
-// has no watch on the current connection that refreshedLocally could use.
+// has no watch on the current connection that refreshShared could use.
 func (ls *lease) needsWatch(c *trackedConn, f uint64) bool {
 	a := ls.arm.Load()
 	return c != nil && (a == nil || a.c != c || a.fires != f)
 }
 
-// refreshedLocally reports whether the node is known, without a round
-// trip, to exist unchanged in this lease's session as of a request the
-// server processed less than a half session timeout ago: as much as an
-// exists sent then would tell. It is when
-//
-//	(a) a data watch on the node was set by a request R0 (which found the
-//	    node this grant's) whose reply came on the current connection c
-//	    (arm), and
-//	(b) no event on the node's path has reached the Locker's event
-//	    callback since before R0 was sent (fires unchanged), and
-//	(c) R1, the newest request on c whose reply was read (R0 or a later
-//	    one: go-zookeeper writes requests from one goroutine, in the order
-//	    of their send times), was sent less than half the negotiated
-//	    session timeout ago, and the session is the lease's.
-//
-// Why that is enough. A connection carries a session's requests in order,
-// so the server processed R1 at or after R0, with the watch in place. Had
-// the node been deleted (by an administrator, or because the session
-// expired) or written between R0 and R1, the server would have fired the
-// watch; ZooKeeper delivers a watch event to the client before the reply
-// to any request it processed after the change, on the same connection (a
-// client sees the event before it sees the new state). go-zookeeper reads
-// and handles one packet at a time, the event callback included, before
-// the next; the tracker records R1's reply only when it reads R1's reply,
-// so the event would have counted in fires before the ack of R1 (the loads
-// below read the ack first, then fires). A reconnection is a new
-// connection: the watch then lives only through the setWatches
-// go-zookeeper sends in the background, possibly after R1, so (a) asks for
-// the current connection, and the next refresh round trip sets a watch
-// there. A watch that go-zookeeper drops (session expired, Locker closed)
-// is reported by an EventNotWatching on the path, which counts in fires too.
-//
-// What it does not change. The driver contract's ttl is ignored here as in
-// the round trip: the session bounds the lease, and the session monitor
-// ends it (Lost) before the server could expire the session, counting from
-// the newest reply read, whatever refreshes did. A local answer is at most
-// half a session timeout old, and an administrator's delete that the
-// server processed before R1 has already ended it; one processed after R1
-// is learnt when its event arrives (the watch ends the lease at once), as
-// it is with a round trip that crossed it.
-func (ls *lease) refreshedLocally() bool {
+// armedNow returns the watch on the node that a refresh may rely on: set
+// on the current connection, not fired since (no event on the node's path
+// reached the Locker's event callback since before the request that set
+// it was sent), in the lease's session. nil: none.
+func (ls *lease) armedNow() *arming {
 	tr := ls.l.s.tr
 	a := ls.arm.Load()
-	if tr == nil || a == nil || tr.current() != a.c {
-		return false
+	if tr == nil || a == nil || tr.current() != a.c || ls.pw.fires.Load() != a.fires || ls.l.conn.SessionID() != ls.sid {
+		return nil
 	}
-	ack := a.c.lastAck.Load() // before fires: see above
-	if ls.pw.fires.Load() != a.fires {
-		return false
+	return a
+}
+
+// refreshShared reports whether a round trip shared with other refreshes
+// (flights.await) shows the node still this grant's: as much as an exists
+// of its own, sent after the call began, would tell. It is when
+//
+//	(a) a data watch on the node was set by a request R0 (which found the
+//	    node this grant's) whose reply came on the current connection c,
+//	    and no event on the node's path reached the Locker's event
+//	    callback since before R0 was sent (armedNow), and
+//	(b) a sync S sent on c after the call began has had its reply read,
+//	    and (a) still holds, with the same watch.
+//
+// Why that is enough. A connection carries a session's requests in order,
+// so the server processed S after R0, with the watch in place. Had the
+// node been deleted (by an administrator, or because the session expired)
+// or written before S was processed, the server would have fired the
+// watch; ZooKeeper delivers a watch event to the client before the reply
+// to any request it processed after the change, on the same connection (a
+// client sees the event before it sees the new state), and a sync's reply
+// comes after the server has applied every change the leader committed
+// before it (so a revocation that completed before the call, through any
+// member of an ensemble, is among them). go-zookeeper reads and handles
+// one packet at a time, the event callback included, before the next, and
+// returns S's reply after reading it: the event has counted in fires by
+// then. A reconnection is a new connection: the watch then lives only
+// through the setWatches go-zookeeper sends in the background, possibly
+// after S, so (a) asks for the current connection, and the next refresh
+// round trip sets a watch there. A watch that go-zookeeper drops (session
+// expired, Locker closed) is reported by an EventNotWatching on the path,
+// which counts in fires too.
+//
+// The driver contract's ttl is ignored here as in the round trip: the
+// session bounds the lease, and the session monitor ends it (Lost) before
+// the server could expire the session, whatever refreshes did.
+//
+// It returns errStopped as soon as stop closes.
+func (ls *lease) refreshShared(ctx context.Context, stop <-chan struct{}) (bool, error) {
+	a := ls.armedNow()
+	if a == nil {
+		return false, nil
 	}
-	t := ls.l.s.sessionTimeout()
-	return t > 0 && tr.now()-ack < int64(t/2) && ls.l.conn.SessionID() == ls.sid
+	if err := ls.l.flights.await(ctx, ls.l.conn, stop); err != nil {
+		return false, err
+	}
+	return ls.armedNow() == a, nil
 }
 
 // Refresh verifies that the node still exists and belongs to this lease's
 // session, which the server keeps alive; ttl is ignored (the session
-// timeout bounds the lease). Most refreshes answer without a round trip
-// (refreshedLocally); the others send one request: an exists, or a getData
-// that also sets the watch refreshedLocally needs on the current
-// connection. It returns as soon as the lease is lost, even while the
-// connection is down.
+// timeout bounds the lease). Refreshes of the Locker's leases whose nodes
+// are watched share round trips (refreshShared: one per refreshGather);
+// the others send one request: an exists, or a getData that also sets the
+// watch a shared refresh needs on the current connection. It returns as
+// soon as the lease is lost, even while the connection is down.
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if rel, lost := ls.stopped(); rel || lost {
 		return fmt.Errorf("zookeeper: %w", driver.ErrNotHeld)
 	}
-	if ls.refreshedLocally() {
-		return nil
+	ok, _ := ls.refreshShared(ctx, ls.lost) // on an error, the round trip below tells
+	if _, lost := ls.stopped(); lost {
+		return fmt.Errorf("zookeeper: %w: %s", driver.ErrNotHeld, ls.reason())
 	}
+	switch {
+	case ok:
+		return nil
+	case ctx.Err() != nil:
+		return ls.l.wrapErr(ctx.Err())
+	}
+	// Not watched, or the shared round trip failed: one of its own.
 	c, f := ls.beforeWatch()
 	watch := ls.needsWatch(c, f)
 	r, err := callUntil(ctx, ls.lost, func() (*zk.Stat, error) {

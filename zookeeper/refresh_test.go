@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,47 +41,51 @@ func holdOne(t *testing.T, ctx context.Context, url, prefix, query string) (*dlo
 	return ls, driverOf(l), leaseOf(t, l)
 }
 
-// untilLocal refreshes ls until its next refresh needs no round trip (a
-// watch set on the current connection).
-func untilLocal(t testing.TB, ctx context.Context, ls *dlock.Lease, dl *lease) {
+// untilArmed refreshes ls until the node has a watch on the current
+// connection that refreshes may rely on.
+func untilArmed(t testing.TB, ctx context.Context, ls *dlock.Lease, dl *lease) {
 	t.Helper()
-	for !dl.refreshedLocally() {
+	for dl.armedNow() == nil {
 		if err := ls.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			t.Fatal("the lease's refreshes never became local")
+			t.Fatal("the lease's node never had a watch to rely on")
 		}
 	}
 }
 
-// TestRefreshLocal: a lease whose node is watched on the current
-// connection, with a recent reply, refreshes without a request. The
-// grant's own watch serves (the basic recipe's pipelined read, the fair
-// recipe's lazy watch): no refresh has to set one first.
-func TestRefreshLocal(t *testing.T) {
+// TestRefreshesShareRoundTrips: refreshes of watched nodes share round
+// trips: 100 at once send a few requests, and not none (each needs a
+// request sent after it began). The grant's own watch serves (the basic
+// recipe's pipelined read, the fair recipe's lazy watch): no refresh has
+// to set one first.
+func TestRefreshesShareRoundTrips(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		ctx := testenv.Context(t, 30*time.Second)
-		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
-		tr := d.s.tr
+		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "recipe="+recipe)
 		// Well before the first keep-alive (TTL/3 = 10s), which would set
 		// a watch of its own.
 		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		for !dl.refreshedLocally() {
+		for dl.armedNow() == nil {
 			if err := sleepCtx(wctx, 5*time.Millisecond); err != nil {
-				t.Fatal("the grant's watch did not serve a refresh")
+				t.Fatal("the grant's watch did not serve")
 			}
 		}
-		sent := tr.sent.Load()
 		const n = 100
+		sent := d.s.tr.sent.Load()
+		var wg sync.WaitGroup
 		for range n {
-			if err := ls.Refresh(ctx); err != nil {
-				t.Fatal(err)
-			}
+			wg.Go(func() {
+				if err := ls.Refresh(ctx); err != nil {
+					t.Error(err)
+				}
+			})
 		}
-		if got := tr.sent.Load() - sent; got != 0 {
-			t.Errorf("%d refreshes sent %d requests, want none", n, got)
+		wg.Wait()
+		if got := d.s.tr.sent.Load() - sent; got < 1 || got > n/10 {
+			t.Errorf("%d refreshes at once sent %d requests, want 1 to %d", n, got, n/10)
 		}
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -89,46 +94,45 @@ func TestRefreshLocal(t *testing.T) {
 	})
 }
 
-// TestLocalRefreshSeesDeletion: once the holder's session has read the
-// reply to any request sent after another session deleted the node (an
-// administrator's revocation), no refresh is local any more, and the next
-// refresh fails.
-func TestLocalRefreshSeesDeletion(t *testing.T) {
+// TestSharedRefreshSeesRevocation: a refresh that begins after another
+// session deleted the node (an administrator's revocation) does not
+// succeed on a shared round trip, and fails.
+func TestSharedRefreshSeesRevocation(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		ctx := testenv.Context(t, 30*time.Second)
-		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "session_timeout=2s&recipe="+recipe)
-		untilLocal(t, ctx, ls, dl)
+		ls, _, dl := holdOne(t, ctx, srv.URL, prefix, "recipe="+recipe)
+		untilArmed(t, ctx, ls, dl)
 		if err := admin.Delete(dl.path, -1); err != nil {
 			t.Fatal(err)
 		}
-		// Any request will do: its reply follows the deletion's event.
-		if _, _, err := d.conn.Exists("/"); err != nil {
+		// Not stopped by the loss the node's own watch reports: the
+		// shared round trip alone must tell.
+		if ok, err := dl.refreshShared(ctx, nil); ok {
+			t.Error("a shared refresh succeeded after the node's deletion")
+		} else if err != nil {
 			t.Fatal(err)
 		}
-		if dl.refreshedLocally() {
-			t.Error("a refresh would be local after the node's deletion")
+		if err := ls.Refresh(ctx); !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("refresh after the deletion: %v", err)
 		}
 		select {
 		case <-ls.Done():
 		case <-ctx.Done():
 			t.Fatal("the lease did not end after its node was deleted")
 		}
-		if err := ls.Refresh(ctx); !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("refresh after the deletion: %v", err)
-		}
 	})
 }
 
 // TestRefreshAfterReconnect: after a reconnection the node's watch lives
 // on only through go-zookeeper's background setWatches, so the next
-// refresh makes a round trip (setting a watch on the new connection), and
-// the ones after it are local again.
+// refresh makes a round trip of its own, setting a watch on the new
+// connection that the ones after it rely on.
 func TestRefreshAfterReconnect(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		ctx := testenv.Context(t, 30*time.Second)
 		ls, d, dl := holdOne(t, ctx, srv.URL, prefix, "session_timeout=4s&recipe="+recipe)
 		tr := d.s.tr
-		untilLocal(t, ctx, ls, dl)
+		untilArmed(t, ctx, ls, dl)
 		dials := tr.dials.Load()
 		tr.cut()
 		for tr.dials.Load() == dials || d.conn.State() != zk.StateHasSession {
@@ -136,17 +140,15 @@ func TestRefreshAfterReconnect(t *testing.T) {
 				t.Fatal("no reconnection")
 			}
 		}
-		if dl.refreshedLocally() {
-			t.Error("a refresh would be local on a new connection")
+		if dl.armedNow() != nil {
+			t.Error("refreshes would rely on a watch set on the old connection")
 		}
-		sent := tr.sent.Load()
 		if err := ls.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if tr.sent.Load() == sent {
-			t.Error("the first refresh after a reconnection sent no request")
+		if dl.armedNow() == nil {
+			t.Error("the first refresh after a reconnection set no watch to rely on")
 		}
-		untilLocal(t, ctx, ls, dl)
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -154,37 +156,26 @@ func TestRefreshAfterReconnect(t *testing.T) {
 	})
 }
 
-// TestRefreshStalledConnection: when no reply has come for half the session
-// timeout (the connection stalls), refreshes go back to round trips while
-// the lease still holds, before go-zookeeper gives the connection up (2/3
-// of the timeout without a read), so a refresh waits for the server again
-// (here, until its ctx ends).
+// TestRefreshStalledConnection: a refresh of a watched node does not
+// succeed while the server is silent (the connection stalls, shorter than
+// the session timeout: the lease holds); it waits for the server, here
+// until its ctx ends.
 func TestRefreshStalledConnection(t *testing.T) {
 	srv, admin, prefix, ctx := setup(t, 60*time.Second)
 	px := newProxy(t, srv.Addr)
-	ls, d, dl := holdOne(t, ctx, "zk://"+px.Addr(), prefix, "session_timeout=6s")
-	tr := d.s.tr
-	untilLocal(t, ctx, ls, dl)
-	dials := tr.dials.Load()
+	ls, _, dl := holdOne(t, ctx, "zk://"+px.Addr(), prefix, "session_timeout=4s")
+	untilArmed(t, ctx, ls, dl)
 	px.Pause()
-	for dl.refreshedLocally() {
-		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-			t.Fatal("refreshes stayed local on a stalled connection")
-		}
-	}
-	if tr.dials.Load() != dials {
-		t.Error("refreshes stayed local until go-zookeeper gave the connection up")
-	}
-	select {
-	case <-ls.Done():
-		t.Fatalf("the lease ended before its refreshes stopped being local: %v", ls.Err())
-	default:
-	}
-	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	err := ls.Refresh(rctx)
 	cancel()
 	if err == nil {
-		t.Error("a refresh succeeded with the server silent past the window")
+		t.Error("a refresh succeeded with the server silent")
+	}
+	select {
+	case <-ls.Done():
+		t.Errorf("the lease ended within the stall: %v", ls.Err())
+	default:
 	}
 	px.Resume()
 	_ = ls.Release(ctx)

@@ -51,9 +51,6 @@ func (t *tracker) dial(network, address string, timeout time.Duration) (net.Conn
 	return tc, nil
 }
 
-// now is the tracker's clock: ns since base, as lastAck.
-func (t *tracker) now() int64 { return time.Since(t.base).Nanoseconds() }
-
 // current returns the newest connection (nil before the first dial).
 func (t *tracker) current() *trackedConn {
 	t.mu.Lock()
@@ -93,10 +90,6 @@ type trackedConn struct {
 	net.Conn
 	t *tracker
 
-	// lastAck is lastAck of this connection alone: the send time (tracker
-	// clock) of its newest request whose reply was read.
-	lastAck atomic.Int64
-
 	wmu     sync.Mutex
 	wrote   bool              // the connect request went out
 	connAt  int64             // its send time
@@ -111,7 +104,7 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Write(b []byte) (int, error) {
-	now := c.t.now()
+	now := time.Since(c.t.base).Nanoseconds()
 	c.wmu.Lock()
 	if !c.wrote {
 		c.wrote, c.connAt = true, now
@@ -126,11 +119,6 @@ func (c *trackedConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// Read scans what go-zookeeper reads. go-zookeeper reads one packet at a
-// time (its 4-byte length, then exactly its body) and handles it before it
-// reads the next: a notification's event callback (session.onEvent) has run
-// before a later reply's bytes are read here and acknowledged. Local
-// refreshes (lease.refreshedLocally) rest on that order.
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.scan(b[:n])
@@ -214,19 +202,10 @@ func (c *trackedConn) packet() {
 	}
 }
 
-// ack records that the reply to a request sent at sent was read: first on
-// this connection, then on the tracker (a reader that sees the tracker's
-// value sees the connection's).
 func (c *trackedConn) ack(sent int64) {
-	advance(&c.lastAck, sent)
-	advance(&c.t.lastAck, sent)
-}
-
-// advance raises v to x unless it is already at or above it.
-func advance(v *atomic.Int64, x int64) {
 	for {
-		old := v.Load()
-		if x <= old || v.CompareAndSwap(old, x) {
+		old := c.t.lastAck.Load()
+		if sent <= old || c.t.lastAck.CompareAndSwap(old, sent) {
 			return
 		}
 	}
