@@ -33,8 +33,14 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 	if err := l.knownParent(ctx, parent, false); err != nil {
 		return nil, err
 	}
+	// Count the node's events from before the pipelined read sets its
+	// watch: a lease granted here may then rely on that watch at once
+	// (lease.refreshShared) rather than set one at its first refresh.
+	pw := l.s.watchPath(path)
+	defer l.s.unwatchPath(path)
 	for {
 		sid := l.conn.SessionID()
+		c, f := l.s.beforeWatch(pw)
 		mr, gr := l.basicSend(parent, path, data)
 		var r result[[]zk.MultiResponse]
 		select {
@@ -45,7 +51,7 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 		}
 		switch {
 		case r.err == nil:
-			ls, err := l.basicGranted(ctx, r.v[1].Stat, gr, parent, path, guid, sid)
+			ls, err := l.basicGranted(ctx, r.v[1].Stat, gr, parent, path, guid, sid, arming{c: c, fires: f})
 			if ls != nil || err != nil {
 				return ls, err
 			}
@@ -100,10 +106,11 @@ func (l *locker) basicSend(parent, path string, data []byte) (<-chan result[[]zk
 }
 
 // basicGranted turns the grant our multi made into a lease; st is the
-// parent's stat after the multi, gr the pipelined read of the node. It
-// returns neither a lease nor an error when the parent was written since
-// and the node is no longer ours.
-func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, gr <-chan result[nodeData], parent, path, guid string, sid int64) (driver.Lease, error) {
+// parent's stat after the multi, gr the pipelined read of the node, pre
+// the connection and the count of the node's events before it was sent
+// (lease.beforeWatch). It returns neither a lease nor an error when the
+// parent was written since and the node is no longer ours.
+func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, gr <-chan result[nodeData], parent, path, guid string, sid int64, pre arming) (driver.Lease, error) {
 	version, err := rebaseGuard(ctx, l.conn, parent, st.Version)
 	if errors.Is(err, zk.ErrBadVersion) {
 		// The parent was written since our grant: look at the node
@@ -133,6 +140,9 @@ func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, gr <-chan result
 		return nil, err
 	}
 	ls.start(watch)
+	if watch != nil && watch == g.v.ch {
+		ls.watched(pre.c, pre.fires) // the pipelined read's watch
+	}
 	return ls, nil
 }
 

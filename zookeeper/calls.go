@@ -19,11 +19,21 @@ type result[T any] struct {
 // the background and its result is dropped. Callers that must know what a
 // write did use their own channel.
 func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	if ctx.Done() == nil {
+	return callUntil(ctx, nil, f)
+}
+
+// errStopped is callUntil's error when stop closed first.
+var errStopped = errors.New("zookeeper: stopped")
+
+// callUntil is call that also returns (errStopped) as soon as stop closes:
+// a lease's request queued on a broken connection must not outlive the
+// lease. It costs the one goroutine call needs, no second one.
+func callUntil[T any](ctx context.Context, stop <-chan struct{}, f func() (T, error)) (T, error) {
+	var zero T
+	if ctx.Done() == nil && stop == nil {
 		return f()
 	}
 	if err := ctx.Err(); err != nil {
-		var zero T
 		return zero, err
 	}
 	ch := make(chan result[T], 1)
@@ -35,8 +45,9 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		var zero T
 		return zero, ctx.Err()
+	case <-stop:
+		return zero, errStopped
 	}
 }
 

@@ -169,8 +169,13 @@
 //
 // A lease is its session's ephemeral node: it lasts as long as the session,
 // and AcquireOptions.TTL is ignored (Capabilities.SessionBound; the
-// keep-alive merely checks, in one round trip, that the node still exists
-// in this session). Capabilities declares the TTL range it accepts,
+// keep-alive merely checks that the node still exists in this session).
+// While the node's watch, set on the current connection, has not fired,
+// that check shares one round trip (a sync) with the Locker's other
+// refreshes of the next 50ms: ZooKeeper delivers the watch's event before
+// the reply to any later request, so the sync's reply tells as much as an
+// exists of each lease's own. Otherwise it is one request of its own.
+// Capabilities declares the TTL range it accepts,
 // [dlock.MinTTL, MaxSessionTimeout]; a TTL outside it is refused with
 // ErrInvalidOption before any server call. A short TTL only makes the
 // keep-alive (every TTL/3) check the session more often. If the holder's process dies, the server deletes the

@@ -156,6 +156,9 @@ func TestSessionExpiryByPause(t *testing.T) {
 			t.Fatalf("children %v", k)
 		}
 		node := prefix + "/" + escapeName("e") + "/" + k[0]
+		// The lease's refreshes share round trips when the stall begins:
+		// the session monitor must end it in time all the same.
+		untilArmed(t, ctx, ls, leaseOf(t, l))
 
 		paused := time.Now()
 		px.Pause()
@@ -185,6 +188,9 @@ func TestSessionExpiryByPause(t *testing.T) {
 		}
 		if !errors.Is(ls.Err(), dlock.ErrLockLost) {
 			t.Errorf("lease err %v", ls.Err())
+		}
+		if err := ls.Refresh(ctx); err == nil {
+			t.Error("refresh succeeded after the lease ended")
 		}
 		g := <-granted
 		if g.IsZero() {

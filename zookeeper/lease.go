@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -24,6 +25,13 @@ type lease struct {
 
 	lost chan struct{} // closed when the lease may be gone
 	stop chan struct{} // closed by Release
+
+	// pw counts the events on the node's path that reached the Locker's
+	// event callback (session.onEvent) while the lease is registered (nil
+	// if it never was); arm is the newest watch set on the node that
+	// refreshShared may rely on (nil: none).
+	pw  *pathWatch
+	arm atomic.Pointer[arming]
 
 	mu       sync.Mutex
 	isLost   bool
@@ -141,6 +149,7 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 		if rel, lost := ls.stopped(); rel || lost {
 			return nil, false
 		}
+		c, f := ls.beforeWatch()
 		ctx, cancel := context.WithTimeout(context.Background(), max(ls.l.s.sessionTimeout(), time.Second))
 		d, err := getW(ctx, ls.l.conn, ls.path)
 		cancel()
@@ -150,6 +159,7 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 				ls.lose("zookeeper: the lock node now belongs to another grant")
 				return nil, false
 			}
+			ls.watched(c, f)
 			return d.ch, true
 		case errors.Is(err, zk.ErrNoNode):
 			ls.lose("zookeeper: the lock node was deleted (revoked, or its session expired)")
@@ -170,17 +180,137 @@ func (ls *lease) rearm() (<-chan zk.Event, bool) {
 	}
 }
 
-// Refresh verifies, in one round trip, that the node still exists and
-// belongs to this lease's session, which the server keeps alive; ttl is
-// ignored (the session timeout bounds the lease). It returns as soon as the
-// lease is lost, even while the connection is down.
+// arming is a data watch on the lease's node that the server registered
+// for this session: the request that set it got its reply on connection c;
+// fires was the count of the node path's events (pathWatch) before the
+// request was sent.
+type arming struct {
+	c     *trackedConn
+	fires uint64
+}
+
+// beforeWatch notes, before a request that sets a watch on the node, the
+// connection and the count of the node's events (nil: the Locker's
+// connection is a user's, which has no tracker, or the lease was never
+// registered: no refresh is local).
+func (ls *lease) beforeWatch() (*trackedConn, uint64) {
+	return ls.l.s.beforeWatch(ls.pw)
+}
+
+// beforeWatch is lease.beforeWatch for a path counted in pw.
+func (s *session) beforeWatch(pw *pathWatch) (*trackedConn, uint64) {
+	if s.tr == nil || pw == nil {
+		return nil, 0
+	}
+	return s.tr.current(), pw.fires.Load()
+}
+
+// watched records the watch that a request begun after beforeWatch
+// returned (c, f) has just set, unless the connection changed meanwhile:
+// the reply may then have come on another connection than c.
+func (ls *lease) watched(c *trackedConn, f uint64) {
+	if c == nil || ls.pw == nil || ls.l.s.tr.current() != c {
+		return
+	}
+	ls.arm.Store(&arming{c: c, fires: f})
+}
+
+// needsWatch reports whether a refresh's round trip should set a watch on
+// the node (a getData with watch) rather than only look (exists): the node
+// has no watch on the current connection that refreshShared could use.
+func (ls *lease) needsWatch(c *trackedConn, f uint64) bool {
+	a := ls.arm.Load()
+	return c != nil && (a == nil || a.c != c || a.fires != f)
+}
+
+// armedNow returns the watch on the node that a refresh may rely on: set
+// on the current connection, not fired since (no event on the node's path
+// reached the Locker's event callback since before the request that set
+// it was sent), in the lease's session. nil: none.
+func (ls *lease) armedNow() *arming {
+	tr := ls.l.s.tr
+	a := ls.arm.Load()
+	if tr == nil || a == nil || tr.current() != a.c || ls.pw.fires.Load() != a.fires || ls.l.conn.SessionID() != ls.sid {
+		return nil
+	}
+	return a
+}
+
+// refreshShared reports whether a round trip shared with other refreshes
+// (flights.await) shows the node still this grant's: as much as an exists
+// of its own, sent after the call began, would tell. It is when
+//
+//	(a) a data watch on the node was set by a request R0 (which found the
+//	    node this grant's) whose reply came on the current connection c,
+//	    and no event on the node's path reached the Locker's event
+//	    callback since before R0 was sent (armedNow), and
+//	(b) a sync S sent on c after the call began has had its reply read,
+//	    and (a) still holds, with the same watch.
+//
+// Why that is enough. A connection carries a session's requests in order,
+// so the server processed S after R0, with the watch in place. Had the
+// node been deleted (by an administrator, or because the session expired)
+// or written before S was processed, the server would have fired the
+// watch; ZooKeeper delivers a watch event to the client before the reply
+// to any request it processed after the change, on the same connection (a
+// client sees the event before it sees the new state), and a sync's reply
+// comes after the server has applied every change the leader committed
+// before it (so a revocation that completed before the call, through any
+// member of an ensemble, is among them). go-zookeeper reads and handles
+// one packet at a time, the event callback included, before the next, and
+// returns S's reply after reading it: the event has counted in fires by
+// then. A reconnection is a new connection: the watch then lives only
+// through the setWatches go-zookeeper sends in the background, possibly
+// after S, so (a) asks for the current connection, and the next refresh
+// round trip sets a watch there. A watch that go-zookeeper drops (session
+// expired, Locker closed) is reported by an EventNotWatching on the path,
+// which counts in fires too.
+//
+// The driver contract's ttl is ignored here as in the round trip: the
+// session bounds the lease, and the session monitor ends it (Lost) before
+// the server could expire the session, whatever refreshes did.
+//
+// It returns errStopped as soon as stop closes.
+func (ls *lease) refreshShared(ctx context.Context, stop <-chan struct{}) (bool, error) {
+	a := ls.armedNow()
+	if a == nil {
+		return false, nil
+	}
+	if err := ls.l.flights.await(ctx, ls.l.conn, stop); err != nil {
+		return false, err
+	}
+	return ls.armedNow() == a, nil
+}
+
+// Refresh verifies that the node still exists and belongs to this lease's
+// session, which the server keeps alive; ttl is ignored (the session
+// timeout bounds the lease). Refreshes of the Locker's leases whose nodes
+// are watched share round trips (refreshShared: one per refreshGather);
+// the others send one request: an exists, or a getData that also sets the
+// watch a shared refresh needs on the current connection. It returns as
+// soon as the lease is lost, even while the connection is down.
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if rel, lost := ls.stopped(); rel || lost {
 		return fmt.Errorf("zookeeper: %w", driver.ErrNotHeld)
 	}
-	ctx, cancel := ls.untilLost(ctx)
-	defer cancel()
-	r, err := call(ctx, func() (*zk.Stat, error) {
+	ok, _ := ls.refreshShared(ctx, ls.lost) // on an error, the round trip below tells
+	if _, lost := ls.stopped(); lost {
+		return fmt.Errorf("zookeeper: %w: %s", driver.ErrNotHeld, ls.reason())
+	}
+	switch {
+	case ok:
+		return nil
+	case ctx.Err() != nil:
+		return ls.l.wrapErr(ctx.Err())
+	}
+	// Not watched, or the shared round trip failed: one of its own.
+	c, f := ls.beforeWatch()
+	watch := ls.needsWatch(c, f)
+	r, err := callUntil(ctx, ls.lost, func() (*zk.Stat, error) {
+		if watch {
+			_, st, _, err := ls.l.conn.GetW(ls.path)
+			return st, err
+		}
 		ok, st, err := ls.l.conn.Exists(ls.path)
 		if err == nil && !ok {
 			err = zk.ErrNoNode
@@ -200,21 +330,12 @@ func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		ls.lose("zookeeper: refresh found the lock node owned by another session")
 		return fmt.Errorf("zookeeper: %w: the session changed", driver.ErrNotHeld)
 	}
+	if watch {
+		// The watch's channel is dropped: the lease's own watch goroutine
+		// ends the lease on a deletion; this one only counts in fires.
+		ls.watched(c, f)
+	}
 	return nil
-}
-
-// untilLost returns ctx, also cancelled when the lease is lost: a request
-// queued on a broken connection must not outlive the lease.
-func (ls *lease) untilLost(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-ls.lost:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }
 
 func (ls *lease) reason() string {

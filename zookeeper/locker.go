@@ -106,6 +106,7 @@ type locker struct {
 	s    *session
 
 	parents parentSet // parent nodes known to exist
+	flights flights   // the round trips refreshes share
 
 	done chan struct{} // closed by Close
 	once sync.Once

@@ -25,6 +25,7 @@ type tracker struct {
 	lastAck atomic.Int64 // ns since base
 	timeout atomic.Int64 // negotiated session timeout in ns; 0 until known
 	dials   atomic.Int64 // connections made (tests)
+	sent    atomic.Int64 // requests written, pings and connects aside (tests count round trips)
 	refused error        // set before the first dial: dial refuses to connect
 
 	mu  sync.Mutex
@@ -48,6 +49,13 @@ func (t *tracker) dial(network, address string, timeout time.Duration) (net.Conn
 	t.mu.Unlock()
 	t.dials.Add(1)
 	return tc, nil
+}
+
+// current returns the newest connection (nil before the first dial).
+func (t *tracker) current() *trackedConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur
 }
 
 // ackedAt returns the send time of the newest acknowledged request, or the
@@ -103,6 +111,9 @@ func (c *trackedConn) Write(b []byte) (int, error) {
 	} else if len(b) >= 8 {
 		xid := int32(binary.BigEndian.Uint32(b[4:8]))
 		c.pending[xid] = append(c.pending[xid], now)
+		if xid >= 0 {
+			c.t.sent.Add(1)
+		}
 	}
 	c.wmu.Unlock()
 	return c.Conn.Write(b)

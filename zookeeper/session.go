@@ -34,10 +34,11 @@ type session struct {
 
 	mu        sync.Mutex
 	leases    map[*lease]struct{}
-	sid       int64     // session id last seen established
-	downSince time.Time // user's connection: when it was first seen down
-	ended     bool      // closeAll was called
-	nextCheck time.Time // when run checks next
+	watches   map[string]*pathWatch // paths whose events onEvent counts
+	sid       int64                 // session id last seen established
+	downSince time.Time             // user's connection: when it was first seen down
+	ended     bool                  // closeAll was called
+	nextCheck time.Time             // when run checks next
 }
 
 // pollEvery is how often the session state is polled when no event
@@ -54,7 +55,8 @@ func newSession(conn *zk.Conn, tr *tracker, timeout time.Duration, events <-chan
 		tr.refused = checkSessionTimeout(timeout)
 	}
 	return &session{conn: conn, tr: tr, timeout: timeout, events: events,
-		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{})}
+		wake: make(chan struct{}, 1), leases: make(map[*lease]struct{}),
+		watches: make(map[string]*pathWatch)}
 }
 
 // lossMargin is subtracted from the session timeout: the clock-rate
@@ -89,8 +91,18 @@ func (s *session) crashBound() time.Duration {
 
 // onEvent is go-zookeeper's event callback for the Locker's own
 // connection. It runs in go-zookeeper's loop and must not block.
+// A node event on a watched path (a watch fired on a lease's node, or the
+// watches were dropped) counts in the path's fires before go-zookeeper
+// reads the next reply (see trackedConn.Read).
 func (s *session) onEvent(ev zk.Event) {
 	if ev.Type != zk.EventSession {
+		if ev.Path != "" {
+			s.mu.Lock()
+			if w := s.watches[ev.Path]; w != nil {
+				w.fires.Add(1)
+			}
+			s.mu.Unlock()
+		}
 		return
 	}
 	if ev.State == zk.StateExpired {
@@ -248,11 +260,11 @@ func (s *session) register(ls *lease) {
 		return
 	}
 	if dl, ok := s.deadlineLocked(); ok && !time.Now().Before(dl) {
-		s.leases[ls] = struct{}{}
+		s.addLocked(ls)
 		s.loseLocked(func(x *lease) bool { return x == ls }, whyMayExpire)
 		return
 	}
-	s.leases[ls] = struct{}{}
+	s.addLocked(ls)
 	if dl, ok := s.deadlineLocked(); ok && dl.Before(s.nextCheck) {
 		s.signal() // the deadline timer must be armed sooner
 	}
@@ -260,8 +272,62 @@ func (s *session) register(ls *lease) {
 
 func (s *session) unregister(ls *lease) {
 	s.mu.Lock()
-	delete(s.leases, ls)
+	s.removeLocked(ls)
 	s.mu.Unlock()
+}
+
+// addLocked registers ls and counts the events on its node's path while
+// it is registered (ls.pw, set once here, before the lease is handed out).
+func (s *session) addLocked(ls *lease) {
+	s.leases[ls] = struct{}{}
+	ls.pw = s.watchLocked(ls.path)
+}
+
+func (s *session) removeLocked(ls *lease) {
+	if _, ok := s.leases[ls]; !ok {
+		return
+	}
+	delete(s.leases, ls)
+	s.unwatchLocked(ls.path)
+}
+
+// pathWatch counts the events on one path that reached onEvent while
+// someone (a lease, an acquisition about to set a watch) asked for it.
+type pathWatch struct {
+	refs  int // guarded by session.mu
+	fires atomic.Uint64
+}
+
+// watchPath starts counting path's events (or adds a reference to the
+// count); unwatchPath drops the reference.
+func (s *session) watchPath(path string) *pathWatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchLocked(path)
+}
+
+func (s *session) unwatchPath(path string) {
+	s.mu.Lock()
+	s.unwatchLocked(path)
+	s.mu.Unlock()
+}
+
+func (s *session) watchLocked(path string) *pathWatch {
+	w := s.watches[path]
+	if w == nil {
+		w = &pathWatch{}
+		s.watches[path] = w
+	}
+	w.refs++
+	return w
+}
+
+func (s *session) unwatchLocked(path string) {
+	if w := s.watches[path]; w != nil {
+		if w.refs--; w.refs == 0 {
+			delete(s.watches, path)
+		}
+	}
 }
 
 func (s *session) loseAll(match func(*lease) bool, why string) {
@@ -280,7 +346,7 @@ func (s *session) loseLocked(match func(*lease) bool, why string) {
 		if !match(ls) {
 			continue
 		}
-		delete(s.leases, ls)
+		s.removeLocked(ls)
 		if ls.markLost(why) && why == whyMayExpire && s.janitor != nil {
 			s.janitor(ls.orphan())
 		}
@@ -291,7 +357,7 @@ func (s *session) closeAll() {
 	s.mu.Lock()
 	s.ended = true
 	for ls := range s.leases {
-		delete(s.leases, ls)
+		s.removeLocked(ls)
 		ls.markLost("zookeeper: locker closed")
 	}
 	s.mu.Unlock()
