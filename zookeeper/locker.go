@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/internal/knownset"
 )
 
 // OpenLocker returns a Locker that uses conn, a connection the caller
@@ -105,8 +106,8 @@ type locker struct {
 	cfg  config
 	s    *session
 
-	parents parentSet // parent nodes known to exist
-	flights flights   // the round trips refreshes share
+	parents knownset.Set // parent nodes known to exist (see maxKnownParents)
+	flights flights      // the round trips refreshes share
 
 	done chan struct{} // closed by Close
 	once sync.Once
@@ -138,6 +139,7 @@ var (
 
 func newLocker(conn *zk.Conn, own bool, cfg config, s *session) *locker {
 	l := &locker{conn: conn, own: own, cfg: cfg, s: s, done: make(chan struct{}), jwake: make(chan struct{}, 1)}
+	l.parents.Max = maxKnownParents
 	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
 	s.conn = conn
 	s.janitor = l.addOrphan
