@@ -21,6 +21,13 @@ import (
 // dialect is PostgreSQL's SQL for the strategies of package sqllock.
 type dialect struct{}
 
+var _ sqllock.RowCreator = dialect{}
+
+// CreatesRow: forupdate's Lock creates a new name's row in its own batch
+// (Req.Create); VersionAcquire's one statement always creates a missing
+// row, so it answers the same with Create or without.
+func (dialect) CreatesRow() {}
+
 func (dialect) Backend() string           { return "postgres" }
 func (dialect) NativeStrategy() string    { return "advisory" }
 func (dialect) Quote(ident string) string { return pgx.Identifier{ident}.Sanitize() }
@@ -250,7 +257,15 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)" +
 				" SELECT f FROM g WHERE " + grant
 		})
-		return []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(q, args...)}
+		lock := []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(q, args...)}
+		if r.Create {
+			// A name this Locker has not seen: its row is created first
+			// if missing, committed on its own as EnsureRow does, in the
+			// same batch (one round trip, where a failed lock, its
+			// rollback, EnsureRow and the lock again took four).
+			return append(d.EnsureRow(t, r), lock...)
+		}
+		return lock
 	}
 	// Native: one statement, in which the server takes the lock, then the
 	// token, then sets the session's idle timeout and announcement, each
