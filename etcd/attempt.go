@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // errRequeue: the attempt's key vanished before the grant (its lease
@@ -88,7 +87,7 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 		}
 		a.id, a.renewed = g.ID, a.start
 	}
-	a.key = layout.EtcdKey(a.queue, int64(a.id))
+	a.key = a.l.keyOf(a.queue, a.id)
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 		Then(a.enqueueOps()...).
@@ -220,11 +219,13 @@ func (a *attempt) admitted(r *etcdserverpb.RangeResponse) bool {
 }
 
 // abandon ends a cancelled or failed attempt with a fresh bounded context,
-// leaving nothing behind when it returns: a key it made and still has
-// (same create revision) is deleted and its etcd lease kept as a spare; a
-// lease in any other state (a transaction cancelled in flight may have
-// made the key) is revoked, which deletes its key, before abandon returns:
-// a later attempt must not find it in the queue.
+// leaving nothing behind when it returns: a key it made is deleted (its
+// name is the attempt's alone, see keyOf) and its etcd lease kept as a
+// spare (deleteKey); a delete that finds the key gone leaves the lease id
+// alone (it expired or was revoked, and may be another client's by now);
+// a lease in any other state (a transaction cancelled in flight may have
+// made the key, a delete failed) is revoked, which deletes its key,
+// before abandon returns: a later attempt must not find it in the queue.
 func (a *attempt) abandon() {
 	if a.id == 0 {
 		return
@@ -232,16 +233,8 @@ func (a *attempt) abandon() {
 	id := a.id
 	a.id = 0
 	if a.rev != 0 {
-		ctx, cancel := cleanupCtx()
-		resp, err := a.l.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpDelete(a.key)).
-			Commit()
-		cancel()
-		if err == nil && resp.Succeeded {
-			a.l.spares.put(spare{id: id, ttl: a.ttl, renewed: a.renewed})
-			return
-		}
+		a.l.deleteKey(a.key, spare{id: id, ttl: a.ttl, renewed: a.renewed})
+		return
 	}
 	a.l.revoke(id)
 }

@@ -213,11 +213,18 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release deletes our key if and only if it is still ours (same create
-// revision), then keeps the etcd lease, alive and without keys, as a spare
-// for the next acquisition (spares.go), or revokes it in the background
-// (Close waits for it) when the delete did not happen or its outcome is
-// unknown. A key per lease id means no other owner's key is ever touched.
+// Release deletes our key, then keeps the etcd lease, alive and without
+// keys, as a spare for the next acquisition (spares.go). The delete is a
+// plain one, the floor's and concurrency.Mutex's (a transaction that
+// compares the create revision first costs the server more: a read view
+// and the compare before the write): our key's name is ours alone (keyOf:
+// no other attempt, of this Locker or another, under this etcd lease id
+// or a reissued one, has it), so whatever it deletes is our key, and no
+// other owner's key is ever touched. A delete that finds no key (our etcd
+// lease expired or was revoked, the key was deleted) leaves the lease id
+// alone: it may be another client's lease by now. One whose outcome is
+// unknown is tried again in the background (Close waits for it): a second
+// delete of our name touches nothing else.
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.released = true
@@ -226,20 +233,33 @@ func (ls *lease) Release(ctx context.Context) error {
 	ls.stopWatch()
 	octx, cancel := ls.l.op(ctx)
 	defer cancel()
-	resp, err := ls.l.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(ls.key), "=", ls.rev)).
-		Then(clientv3.OpDelete(ls.key)).
-		Commit()
-	if err == nil && resp.Succeeded && ls.lostErr() == nil {
-		ls.l.spares.put(spare{id: ls.id, ttl: ls.ttl, renewed: renewed})
-		return nil
-	}
-	ls.l.revokeLater(ls.id)
-	if err != nil {
+	resp, err := ls.l.cli.Delete(octx, ls.key)
+	switch {
+	case err != nil:
+		sp := spare{id: ls.id, ttl: ls.ttl, renewed: renewed}
+		if !ls.l.background(func() { ls.l.deleteKey(ls.key, sp) }) {
+			ls.l.deleteKey(ls.key, sp)
+		}
 		return ls.l.wrapErr(ctx, err)
-	}
-	if !resp.Succeeded {
+	case resp.Deleted == 0:
 		return fmt.Errorf("etcd: key %s is gone: %w", ls.key, driver.ErrNotHeld)
 	}
+	ls.l.spares.put(spare{id: ls.id, ttl: ls.ttl, renewed: renewed})
 	return nil
+}
+
+// deleteKey deletes key, an attempt's key under the etcd lease of sp,
+// with a fresh bounded context, and keeps sp as a spare when it deleted
+// the key (sp was alive then). A delete that fails revokes sp's lease
+// (which deletes the key), a delete that finds no key leaves it alone.
+func (l *locker) deleteKey(key string, sp spare) {
+	ctx, cancel := cleanupCtx()
+	resp, err := l.cli.Delete(ctx, key)
+	cancel()
+	switch {
+	case err != nil:
+		l.revoke(sp.id)
+	case resp.Deleted == 1:
+		l.spares.put(sp)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -76,6 +78,10 @@ type locker struct {
 
 	wmu       sync.Mutex
 	watchKept bool // the waiters' watch stream is kept open (watchstream.go)
+
+	// keyBase and keys make each attempt's key name unique (keyOf).
+	keyBase uint64
+	keys    atomic.Uint64
 }
 
 var (
@@ -85,7 +91,7 @@ var (
 )
 
 func newLocker(cli *clientv3.Client, own bool, prefix string) *locker {
-	l := &locker{cli: cli, own: own, prefix: prefix}
+	l := &locker{cli: cli, own: own, prefix: prefix, keyBase: rand.Uint64()}
 	l.spares.l = l
 	l.renewer.l = l
 	l.refresher.l = l
@@ -175,6 +181,31 @@ func (l *locker) wrapErr(ctx context.Context, err error) error {
 		return fmt.Errorf("etcd: %w", driver.ErrNotHeld)
 	}
 	return fmt.Errorf("etcd: %w", err)
+}
+
+// keyOf returns the key of a new attempt under etcd lease id in queue:
+// the lease id, then a value of this attempt's own (the Locker's random
+// base plus a count of its attempts), 16 hex digits each. An etcd lease id
+// is unique only among live leases (the server may issue an expired one's
+// id again, and a client may name the id it grants), and a Locker reuses
+// its own as spares: the second part makes the name unique to the
+// attempt, so that Release and abandon delete their key by name alone.
+func (l *locker) keyOf(queue string, id clientv3.LeaseID) string {
+	b := make([]byte, 0, len(queue)+33)
+	b = append(b, queue...)
+	b = appendHex16(b, uint64(id))
+	b = append(b, '-')
+	b = appendHex16(b, l.keyBase+l.keys.Add(1))
+	return string(b)
+}
+
+// appendHex16 appends v as 16 lowercase hex digits.
+func appendHex16(b []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[v>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // ttlSeconds is the etcd lease TTL for ttl: whole seconds, rounded up

@@ -1,0 +1,63 @@
+package etcd
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// TestReleaseSparesReissuedLeaseKey: Release deletes its key by name
+// alone, so no other attempt may ever have that name. Here our etcd lease
+// ends behind our back (revoked), the server then issues its id again
+// (a client names it on Grant), and another Locker's attempt queues under
+// it; our Release must find no key of its own (ErrNotHeld) and leave the
+// other attempt's key where it is. Named by the lease id alone, the two
+// keys had one name, and a plain delete took the other owner's.
+func TestReleaseSparesReissuedLeaseKey(t *testing.T) {
+	s := testenv.Etcd(t)
+	ctx := testenv.Context(t, time.Minute)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + s.Addr}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	prefix := fmt.Sprintf("/dlocktest/reissued-%d", time.Now().UnixNano())
+	ours, other := newLocker(cli, false, prefix), newLocker(cli, false, prefix)
+	defer ours.Close()
+	defer other.Close()
+	dl, err := ours.TryAcquire(ctx, driver.Request{Name: "n", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := dl.(*lease)
+	if _, err := cli.Revoke(ctx, ls.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewLeaseClient(cli.ActiveConnection()).LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: int64(ls.id), TTL: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Revoke(ctx, ls.id)
+	theirs := other.keyOf(layout.EtcdQueue(prefix, "n"), ls.id)
+	if _, err := cli.Put(ctx, theirs, "other", clientv3.WithLease(ls.id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Release after our etcd lease ended: %v, want ErrNotHeld", err)
+	}
+	resp, err := cli.Get(ctx, theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 {
+		t.Errorf("the other attempt's key %s under the reissued lease id was deleted by our Release", theirs)
+	}
+}
