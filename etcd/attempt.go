@@ -152,10 +152,13 @@ func (a *attempt) enqueueOps() []clientv3.Op {
 	if a.permits > 0 {
 		return []clientv3.Op{put, a.queueOp()}
 	}
-	newest := clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(maxBelow+1), clientv3.WithKeysOnly())
-	return []clientv3.Op{put, newest}
+	return []clientv3.Op{put, clientv3.OpGet(a.queue, newestOpts...)}
 }
+
+// newestOpts are the options of enqueueOps' range, made once (each
+// option is a closure that an acquisition would otherwise allocate).
+var newestOpts = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+	clientv3.WithLimit(maxBelow + 1), clientv3.WithKeysOnly()}
 
 // queueOp reads, after enqueue's transaction found our key there already
 // (a retried transaction), what decides the grant: a lock's lowest key; and

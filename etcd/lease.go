@@ -224,16 +224,18 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 // lease expired or was revoked, the key was deleted) leaves the lease id
 // alone: it may be another client's lease by now. One whose outcome is
 // unknown is tried again in the background (Close waits for it): a second
-// delete of our name touches nothing else.
+// delete of our name touches nothing else. The delete runs on ctx, not on
+// one that Close also cancels (op): the portable layer releases with a
+// bounded context, and releases every lease before it closes the driver,
+// so Close never waits for a release; a context per release would cost
+// allocations and a lock that every release of the Locker shares.
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.released = true
 	renewed := ls.renewed
 	ls.mu.Unlock()
 	ls.stopWatch()
-	octx, cancel := ls.l.op(ctx)
-	defer cancel()
-	resp, err := ls.l.cli.Delete(octx, ls.key)
+	resp, err := ls.l.cli.Delete(ctx, ls.key)
 	switch {
 	case err != nil:
 		sp := spare{id: ls.id, ttl: ls.ttl, renewed: renewed}
