@@ -355,7 +355,9 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 // seen or earlier, the watch covers every revision since the keys were
 // seen; otherwise a look finds a delete that came in between (a key gone,
 // or its name reused by a later key). A delete at seen or before is of an
-// earlier key of the same name.
+// earlier key of the same name. (Names recur only among the keys of
+// Lockers older than keyOf's attempt ids, whose spare leases' next keys
+// took the names of their last.)
 func (a *attempt) waitDelete(ctx context.Context, set map[string]int64, own bool, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
 	if testBeforeWatch != nil {
 		testBeforeWatch()
