@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,21 +42,7 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Run("fsync="+srv.Settings["fsync"], func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
 			prefix := fmt.Sprintf("/dlockbench/%d", time.Now().UnixNano())
-			l, err := dlock.Open(ctx, srv.URL+prefix)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + srv.Addr}, Logger: zap.NewNop()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cli.Close()
-			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sess.Close()
+			l, cli, sess := openPeers(b, ctx, srv, prefix)
 			mu := concurrency.NewMutex(sess, prefix+"-mutex/u")
 			opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 			ops := []func() error{
@@ -304,21 +291,7 @@ func BenchmarkLockUse(b *testing.B) {
 	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
 	ctx := testenv.Context(b, 10*time.Minute)
 	prefix := fmt.Sprintf("/dlockbench-use/%d", time.Now().UnixNano())
-	l, err := dlock.Open(ctx, srv.URL+prefix)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + srv.Addr}, Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sess.Close()
+	l, _, sess := openPeers(b, ctx, srv, prefix)
 	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 	for _, c := range []struct {
 		name string
@@ -366,4 +339,35 @@ func BenchmarkLockUse(b *testing.B) {
 			}
 		})
 	}
+}
+
+// openPeers opens, on srv under prefix, the uncontended benchmarks' two
+// contenders: a dlock Locker, and an etcd client with a concurrency
+// Session of 10s for concurrency.Mutex; all closed when tb ends.
+func openPeers(tb testing.TB, ctx context.Context, srv *testenv.Server, prefix string) (*dlock.Locker, *clientv3.Client, *concurrency.Session) {
+	tb.Helper()
+	l, err := dlock.Open(ctx, srv.URL+prefix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	cli := newClient(tb, srv.Addr)
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { sess.Close() })
+	return l, cli, sess
+}
+
+// newClient opens an etcd client to the member at addr, closed when tb
+// ends.
+func newClient(tb testing.TB, addr string) *clientv3.Client {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, Logger: zap.NewNop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
 }

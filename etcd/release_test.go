@@ -2,17 +2,14 @@ package etcd
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/layout"
-	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // TestReleaseSparesReissuedLeaseKey: Release deletes its key by name
@@ -23,14 +20,8 @@ import (
 // other attempt's key where it is. Named by the lease id alone, the two
 // keys had one name, and a plain delete took the other owner's.
 func TestReleaseSparesReissuedLeaseKey(t *testing.T) {
-	s := testenv.Etcd(t)
-	ctx := testenv.Context(t, time.Minute)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + s.Addr}, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	prefix := fmt.Sprintf("/dlocktest/reissued-%d", time.Now().UnixNano())
+	ctx, s, prefix, _ := openFresh(t, "reissued")
+	cli := newClient(t, s.Addr)
 	ours, other := newLocker(cli, false, prefix), newLocker(cli, false, prefix)
 	defer ours.Close()
 	defer other.Close()
