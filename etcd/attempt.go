@@ -30,6 +30,7 @@ type attempt struct {
 	start   time.Time // the grant time of enqueue's grant (see lease.at)
 	renewed time.Time // start of the etcd lease's last successful grant or renewal
 	id      clientv3.LeaseID
+	tag     uint64 // drawn at the etcd lease's grant (keyOf)
 	key     string
 	rev     int64 // our key's create revision: the fencing token once granted
 
@@ -65,7 +66,7 @@ const maxBelow = 8
 func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, error) {
 	var renewed chan time.Time
 	if sp, ok := a.l.spares.take(a.ttl); ok {
-		a.id = sp.id
+		a.id, a.tag = sp.id, sp.tag
 		a.start, a.renewed = time.Now(), sp.renewed
 	}
 	if a.id != 0 && a.start.Sub(a.renewed) >= reuseWindow(a.ttl) {
@@ -85,9 +86,9 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 		if err != nil {
 			return nil, err
 		}
-		a.id, a.renewed = g.ID, a.start
+		a.id, a.tag, a.renewed = g.ID, grantTag(), a.start
 	}
-	a.key = a.l.keyOf(a.queue, a.id)
+	a.key = keyOf(a.queue, a.id, a.tag)
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 		Then(a.enqueueOps()...).
@@ -223,8 +224,8 @@ func (a *attempt) admitted(r *etcdserverpb.RangeResponse) bool {
 
 // abandon ends a cancelled or failed attempt with a fresh bounded context,
 // leaving nothing behind when it returns: a key it made is deleted (its
-// name is the attempt's alone, see keyOf) and its etcd lease kept as a
-// spare (deleteKey); a delete that finds the key gone leaves the lease id
+// name is its etcd lease grant's alone, see keyOf) and its etcd lease
+// kept as a spare (deleteKey); a delete that finds the key gone leaves the lease id
 // alone (it expired or was revoked, and may be another client's by now);
 // a lease in any other state (a transaction cancelled in flight may have
 // made the key, a delete failed) is revoked, which deletes its key,
@@ -236,7 +237,7 @@ func (a *attempt) abandon() {
 	id := a.id
 	a.id = 0
 	if a.rev != 0 {
-		a.l.deleteKey(a.key, spare{id: id, ttl: a.ttl, renewed: a.renewed})
+		a.l.deleteKey(a.key, spare{id: id, tag: a.tag, ttl: a.ttl, renewed: a.renewed}, false)
 		return
 	}
 	a.l.revoke(id)
@@ -245,7 +246,7 @@ func (a *attempt) abandon() {
 // grant makes the lease of a granted attempt; at is its grant time (see
 // lease.at).
 func (a *attempt) grant(at time.Time) *lease {
-	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: a.renewed, lost: make(chan struct{})}
+	ls := &lease{l: a.l, id: a.id, tag: a.tag, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: a.renewed, lost: make(chan struct{})}
 	ls.watch()
 	return ls
 }
@@ -355,9 +356,8 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 // seen or earlier, the watch covers every revision since the keys were
 // seen; otherwise a look finds a delete that came in between (a key gone,
 // or its name reused by a later key). A delete at seen or before is of an
-// earlier key of the same name. (Names recur only among the keys of
-// Lockers older than keyOf's attempt ids, whose spare leases' next keys
-// took the names of their last.)
+// earlier key of the same name (a spare etcd lease's keys share a name,
+// keyOf).
 func (a *attempt) waitDelete(ctx context.Context, set map[string]int64, own bool, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
 	if testBeforeWatch != nil {
 		testBeforeWatch()

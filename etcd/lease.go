@@ -19,6 +19,7 @@ import (
 type lease struct {
 	l   *locker
 	id  clientv3.LeaseID
+	tag uint64 // drawn at the etcd lease's grant (keyOf)
 	key string
 	rev int64
 	ttl int64 // seconds
@@ -217,18 +218,21 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 // keys, as a spare for the next acquisition (spares.go). The delete is a
 // plain one, the floor's and concurrency.Mutex's (a transaction that
 // compares the create revision first costs the server more: a read view
-// and the compare before the write): our key's name is ours alone (keyOf:
-// no other attempt, of this Locker or another, under this etcd lease id
-// or a reissued one, has it), so whatever it deletes is our key, and no
-// other owner's key is ever touched. A delete that finds no key (our etcd
-// lease expired or was revoked, the key was deleted) leaves the lease id
-// alone: it may be another client's lease by now. One whose outcome is
-// unknown is tried again in the background (Close waits for it): a second
-// delete of our name touches nothing else. The delete runs on ctx, not on
-// one that Close also cancels (op): the portable layer releases with a
-// bounded context, and releases every lease before it closes the driver,
-// so Close never waits for a release; a context per release would cost
-// allocations and a lock that every release of the Locker shares.
+// and the compare before the write): our key's name is our etcd lease
+// grant's alone (keyOf: no attempt under another lease, or under this
+// lease id reissued, has it), and that lease's attempts come one at a
+// time, so whatever the delete finds is our key, and no other owner's key
+// is ever touched. A delete that finds no key (our etcd lease expired or
+// was revoked, the key was deleted) leaves the lease id alone: it may be
+// another client's lease by now. One whose outcome is unknown is tried
+// again in the background (Close waits for it), and the lease is then not
+// reused: the first delete may still be applied later.
+//
+// The delete runs on ctx, not on one that Close also cancels (op): the
+// portable layer releases with a bounded context, and releases every
+// lease before it closes the driver, so Close never waits for a release;
+// a context per release would cost allocations and a lock that every
+// release of the Locker shares.
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.released = true
@@ -236,30 +240,33 @@ func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Unlock()
 	ls.stopWatch()
 	resp, err := ls.l.cli.Delete(ctx, ls.key)
+	sp := spare{id: ls.id, tag: ls.tag, ttl: ls.ttl, renewed: renewed}
 	switch {
 	case err != nil:
-		sp := spare{id: ls.id, ttl: ls.ttl, renewed: renewed}
-		if !ls.l.background(func() { ls.l.deleteKey(ls.key, sp) }) {
-			ls.l.deleteKey(ls.key, sp)
+		if !ls.l.background(func() { ls.l.deleteKey(ls.key, sp, true) }) {
+			ls.l.deleteKey(ls.key, sp, true)
 		}
 		return ls.l.wrapErr(ctx, err)
 	case resp.Deleted == 0:
 		return fmt.Errorf("etcd: key %s is gone: %w", ls.key, driver.ErrNotHeld)
 	}
-	ls.l.spares.put(spare{id: ls.id, ttl: ls.ttl, renewed: renewed})
+	ls.l.spares.put(sp)
 	return nil
 }
 
 // deleteKey deletes key, an attempt's key under the etcd lease of sp,
-// with a fresh bounded context, and keeps sp as a spare when it deleted
-// the key (sp was alive then). A delete that fails revokes sp's lease
-// (which deletes the key), a delete that finds no key leaves it alone.
-func (l *locker) deleteKey(key string, sp spare) {
+// with a fresh bounded context. When it deletes the key (sp was alive and
+// ours then) it keeps sp as a spare, or with retire (an earlier delete of
+// key had an unknown outcome, and may yet be applied to the next
+// attempt's key of the same name) revokes it. A delete that fails revokes
+// sp's lease (which deletes the key); one that finds no key leaves it
+// alone.
+func (l *locker) deleteKey(key string, sp spare, retire bool) {
 	ctx, cancel := cleanupCtx()
 	resp, err := l.cli.Delete(ctx, key)
 	cancel()
 	switch {
-	case err != nil:
+	case err != nil || resp.Deleted == 1 && retire:
 		l.revoke(sp.id)
 	case resp.Deleted == 1:
 		l.spares.put(sp)

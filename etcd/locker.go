@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -78,10 +77,6 @@ type locker struct {
 
 	wmu       sync.Mutex
 	watchKept bool // the waiters' watch stream is kept open (watchstream.go)
-
-	// keyBase and keys make each attempt's key name unique (keyOf).
-	keyBase uint64
-	keys    atomic.Uint64
 }
 
 var (
@@ -91,7 +86,7 @@ var (
 )
 
 func newLocker(cli *clientv3.Client, own bool, prefix string) *locker {
-	l := &locker{cli: cli, own: own, prefix: prefix, keyBase: rand.Uint64()}
+	l := &locker{cli: cli, own: own, prefix: prefix}
 	l.spares.l = l
 	l.renewer.l = l
 	l.refresher.l = l
@@ -183,21 +178,26 @@ func (l *locker) wrapErr(ctx context.Context, err error) error {
 	return fmt.Errorf("etcd: %w", err)
 }
 
-// keyOf returns the key of a new attempt under etcd lease id in queue:
-// the lease id, then a value of this attempt's own (the Locker's random
-// base plus a count of its attempts), 16 hex digits each. An etcd lease id
-// is unique only among live leases (the server may issue an expired one's
-// id again, and a client may name the id it grants), and a Locker reuses
-// its own as spares: the second part makes the name unique to the
-// attempt, so that Release and abandon delete their key by name alone.
-func (l *locker) keyOf(queue string, id clientv3.LeaseID) string {
+// keyOf returns the key of an attempt in queue under the etcd lease id
+// granted with tag: the lease id, then the tag, 16 hex digits each. An
+// etcd lease id is unique only among live leases (the server may issue an
+// expired lease's id again, and a client may name the id it grants); the
+// tag, random, drawn when the Locker granted the lease (grantTag), makes
+// the name that grant's own. Its attempts, one at a time (a spare is taken
+// by one and put back once its key is deleted), reuse the name: a name
+// per attempt would leave a deleted key per lock use in the server's
+// index until a compaction, which every read of the queue walks through.
+func keyOf(queue string, id clientv3.LeaseID, tag uint64) string {
 	b := make([]byte, 0, len(queue)+33)
 	b = append(b, queue...)
 	b = appendHex16(b, uint64(id))
 	b = append(b, '-')
-	b = appendHex16(b, l.keyBase+l.keys.Add(1))
+	b = appendHex16(b, tag)
 	return string(b)
 }
+
+// grantTag draws the tag of a new etcd lease grant (keyOf).
+func grantTag() uint64 { return rand.Uint64() }
 
 // appendHex16 appends v as 16 lowercase hex digits.
 func appendHex16(b []byte, v uint64) []byte {

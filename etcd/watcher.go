@@ -29,8 +29,7 @@ type watcher struct {
 
 // deleteWatch is one watch of the deletes of a set of keys, each of
 // whose instances was there at revision base (a delete at base or before
-// is of an earlier instance of the same name: an older Locker's spare
-// etcd lease's key, see waitDelete),
+// is of an earlier instance of the same name: a spare etcd lease's key),
 // and of the waiter's own key, if own is set. notes receives, in order,
 // the revision after which the server sees every event (its answer to the
 // creation), then one of: the revision of the delete that left none of
