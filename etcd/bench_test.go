@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,32 +18,39 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/stats"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // BenchmarkUncontended: one client acquires and releases a free lock with
-// dlock's etcd driver (TTL 10s), with etcd's own concurrency.Mutex (on a
+// dlock's etcd driver (TTL 10s), with the driver alone (its Acquire and
+// Release called directly: what the portable layer adds is the
+// difference), with etcd's own concurrency.Mutex (on a
 // session created beforehand, as its users do), with the floor of the same
 // guarantees (grant a lease of the TTL, put-if-absent under it reading the
 // queue's lowest create revision, delete), and a linearizable Get (one raw
-// round trip), the four interleaved in each iteration so that they see
+// round trip), the five interleaved in each iteration so that they see
 // the same server and noise. Run with a fixed count, e.g.
 //
 //	go test -run '^$' -bench Uncontended -benchtime 500x -count 5 ./
 //
 // Each sub-benchmark starts its own one-member server: fsync on (etcd's
 // default) and --unsafe-no-fsync. Reported: p50 of each (µs) and the
-// ratios dlock/floor and dlock/mutex. ns/op is the sum of the four.
+// ratios dlock/floor, dlock/mutex and driver/mutex. ns/op is the sum of
+// the five.
 func BenchmarkUncontended(b *testing.B) {
 	for _, nofsync := range []bool{false, true} {
 		srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: nofsync})
 		b.Run("fsync="+srv.Settings["fsync"], func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
 			prefix := fmt.Sprintf("/dlockbench/%d", time.Now().UnixNano())
-			l, cli, sess := openPeers(b, ctx, srv, prefix)
+			l, cli, sess := openPeers(b, srv, prefix)
 			mu := concurrency.NewMutex(sess, prefix+"-mutex/u")
 			opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+			drv := newLocker(cli, false, prefix+"-driver")
+			defer drv.Close()
+			req := driver.Request{Name: "u", TTL: opts.TTL}
 			ops := []func() error{
 				func() error { // dlock
 					ls, err := l.Acquire(ctx, "u", opts)
@@ -77,9 +83,18 @@ func BenchmarkUncontended(b *testing.B) {
 					_, err := cli.Get(ctx, prefix+"-rtt")
 					return err
 				},
+				func() error { // the driver alone
+					ls, err := drv.Acquire(ctx, req)
+					if err != nil {
+						return err
+					}
+					return ls.Release(ctx)
+				},
 			}
 			meds := testenv.Interleaved(b, 20, ops...)
-			d, m, f, r := meds[0], meds[1], meds[2], meds[3]
+			d, m, f, r, dr := meds[0], meds[1], meds[2], meds[3], meds[4]
+			b.ReportMetric(stats.Micros(dr), "driver-p50-µs")
+			b.ReportMetric(float64(dr)/float64(m), "driver/mutex")
 			b.ReportMetric(stats.Micros(d), "dlock-p50-µs")
 			b.ReportMetric(stats.Micros(m), "mutex-p50-µs")
 			b.ReportMetric(stats.Micros(f), "floor-p50-µs")
@@ -291,7 +306,7 @@ func BenchmarkLockUse(b *testing.B) {
 	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
 	ctx := testenv.Context(b, 10*time.Minute)
 	prefix := fmt.Sprintf("/dlockbench-use/%d", time.Now().UnixNano())
-	l, _, sess := openPeers(b, ctx, srv, prefix)
+	l, _, sess := openPeers(b, srv, prefix)
 	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 	for _, c := range []struct {
 		name string
@@ -342,16 +357,19 @@ func BenchmarkLockUse(b *testing.B) {
 }
 
 // openPeers opens, on srv under prefix, the uncontended benchmarks' two
-// contenders: a dlock Locker, and an etcd client with a concurrency
-// Session of 10s for concurrency.Mutex; all closed when tb ends.
-func openPeers(tb testing.TB, ctx context.Context, srv *testenv.Server, prefix string) (*dlock.Locker, *clientv3.Client, *concurrency.Session) {
+// contenders on one etcd client: a dlock Locker, and a concurrency
+// Session of 10s for concurrency.Mutex; all closed when tb ends. One
+// client, one connection: interleaved op by op, a Locker on a connection
+// of its own found it idle, colder, at each of its turns (30-70µs a lock
+// use, more with fsync).
+func openPeers(tb testing.TB, srv *testenv.Server, prefix string) (*dlock.Locker, *clientv3.Client, *concurrency.Session) {
 	tb.Helper()
-	l, err := dlock.Open(ctx, srv.URL+prefix)
+	cli := newClient(tb, srv.Addr)
+	l, err := OpenLocker(cli, &Options{Prefix: prefix})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { l.Close() })
-	cli := newClient(tb, srv.Addr)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		tb.Fatal(err)

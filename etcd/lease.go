@@ -33,14 +33,16 @@ type lease struct {
 
 	mu       sync.Mutex
 	released bool
+	onLost   func()             // OnLost's callback, until the lease is lost or released
 	renewed  time.Time          // start of the etcd lease's last renewal (at, then Refresh's)
 	timer    *time.Timer        // starts the watch on our key
 	cancel   context.CancelFunc // ends the watch once it started
 }
 
 var (
-	_ driver.Lease   = (*lease)(nil)
-	_ driver.Granted = (*lease)(nil)
+	_ driver.Lease        = (*lease)(nil)
+	_ driver.Granted      = (*lease)(nil)
+	_ driver.LossNotifier = (*lease)(nil)
 )
 
 func (ls *lease) Token() uint64         { return uint64(ls.rev) }
@@ -48,7 +50,36 @@ func (ls *lease) GrantedAt() time.Time  { return ls.at }
 func (ls *lease) Lost() <-chan struct{} { return ls.lost }
 func (ls *lease) String() string        { return ls.key }
 
-func (ls *lease) markLost() { ls.lostOnce.Do(func() { close(ls.lost) }) }
+// markLost closes Lost and calls OnLost's callback, unless the lease was
+// released first.
+func (ls *lease) markLost() {
+	ls.lostOnce.Do(func() {
+		close(ls.lost)
+		ls.mu.Lock()
+		f := ls.onLost
+		ls.onLost = nil
+		ls.mu.Unlock()
+		if f != nil {
+			go f()
+		}
+	})
+}
+
+// OnLost calls f in a goroutine of its own when the lease is lost, never
+// once it is released (driver.LossNotifier): the portable layer then
+// starts no goroutine per grant to wait on Lost, and wakes none at each
+// release.
+func (ls *lease) OnLost(f func()) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	switch {
+	case ls.released:
+	case ls.lostErr() != nil: // markLost took onLost before f was set
+		go f()
+	default:
+		ls.onLost = f
+	}
+}
 
 // watchAfter is how long a lease is held before its key is watched: a
 // lock held for less (most are) costs no watch, and one held longer learns
@@ -236,6 +267,7 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.released = true
+	ls.onLost = nil
 	renewed := ls.renewed
 	ls.mu.Unlock()
 	ls.stopWatch()

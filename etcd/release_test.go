@@ -2,12 +2,14 @@ package etcd
 
 import (
 	"errors"
+	"runtime/metrics"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/layout"
 )
@@ -75,5 +77,35 @@ func TestKeyNameReused(t *testing.T) {
 	}
 	if len(names) != 1 {
 		t.Errorf("20 lock uses on one spare etcd lease made %d key names, want 1", len(names))
+	}
+}
+
+// TestNoGoroutinePerGrant: a lease reports its loss by callback
+// (driver.LossNotifier), so the portable layer starts no goroutine per
+// grant to wait on Lost (one per lock use, woken at each release: 200 in
+// 200 uses without OnLost).
+func TestNoGoroutinePerGrant(t *testing.T) {
+	ctx, _, _, l := openFresh(t, "goroutines")
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	started := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	var before uint64
+	for i := range 210 {
+		if i == 10 { // streams open, a spare kept
+			before = started()
+		}
+		ls, err := l.Acquire(ctx, "g", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := started() - before; got > 20 {
+		t.Errorf("%d goroutines started in 200 uncontended Acquire+Release, want none per grant", got)
 	}
 }
