@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // errRequeue: the attempt's key vanished before the grant (its lease
@@ -31,6 +30,7 @@ type attempt struct {
 	start   time.Time // the grant time of enqueue's grant (see lease.at)
 	renewed time.Time // start of the etcd lease's last successful grant or renewal
 	id      clientv3.LeaseID
+	tag     uint64 // drawn at the etcd lease's grant (keyOf)
 	key     string
 	rev     int64 // our key's create revision: the fencing token once granted
 
@@ -66,7 +66,7 @@ const maxBelow = 8
 func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, error) {
 	var renewed chan time.Time
 	if sp, ok := a.l.spares.take(a.ttl); ok {
-		a.id = sp.id
+		a.id, a.tag = sp.id, sp.tag
 		a.start, a.renewed = time.Now(), sp.renewed
 	}
 	if a.id != 0 && a.start.Sub(a.renewed) >= reuseWindow(a.ttl) {
@@ -86,9 +86,9 @@ func (a *attempt) enqueue(ctx context.Context) (*etcdserverpb.RangeResponse, err
 		if err != nil {
 			return nil, err
 		}
-		a.id, a.renewed = g.ID, a.start
+		a.id, a.tag, a.renewed = g.ID, grantTag(), a.start
 	}
-	a.key = layout.EtcdKey(a.queue, int64(a.id))
+	a.key = keyOf(a.queue, a.id, a.tag)
 	resp, err := a.l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 		Then(a.enqueueOps()...).
@@ -153,10 +153,13 @@ func (a *attempt) enqueueOps() []clientv3.Op {
 	if a.permits > 0 {
 		return []clientv3.Op{put, a.queueOp()}
 	}
-	newest := clientv3.OpGet(a.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(maxBelow+1), clientv3.WithKeysOnly())
-	return []clientv3.Op{put, newest}
+	return []clientv3.Op{put, clientv3.OpGet(a.queue, newestOpts...)}
 }
+
+// newestOpts are the options of enqueueOps' range, made once (each
+// option is a closure that an acquisition would otherwise allocate).
+var newestOpts = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+	clientv3.WithLimit(maxBelow + 1), clientv3.WithKeysOnly()}
 
 // queueOp reads, after enqueue's transaction found our key there already
 // (a retried transaction), what decides the grant: a lock's lowest key; and
@@ -220,11 +223,13 @@ func (a *attempt) admitted(r *etcdserverpb.RangeResponse) bool {
 }
 
 // abandon ends a cancelled or failed attempt with a fresh bounded context,
-// leaving nothing behind when it returns: a key it made and still has
-// (same create revision) is deleted and its etcd lease kept as a spare; a
-// lease in any other state (a transaction cancelled in flight may have
-// made the key) is revoked, which deletes its key, before abandon returns:
-// a later attempt must not find it in the queue.
+// leaving nothing behind when it returns: a key it made is deleted (its
+// name is its etcd lease grant's alone, see keyOf) and its etcd lease
+// kept as a spare (deleteKey); a delete that finds the key gone leaves the lease id
+// alone (it expired or was revoked, and may be another client's by now);
+// a lease in any other state (a transaction cancelled in flight may have
+// made the key, a delete failed) is revoked, which deletes its key,
+// before abandon returns: a later attempt must not find it in the queue.
 func (a *attempt) abandon() {
 	if a.id == 0 {
 		return
@@ -232,16 +237,8 @@ func (a *attempt) abandon() {
 	id := a.id
 	a.id = 0
 	if a.rev != 0 {
-		ctx, cancel := cleanupCtx()
-		resp, err := a.l.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpDelete(a.key)).
-			Commit()
-		cancel()
-		if err == nil && resp.Succeeded {
-			a.l.spares.put(spare{id: id, ttl: a.ttl, renewed: a.renewed})
-			return
-		}
+		a.l.deleteKey(a.key, spare{id: id, tag: a.tag, ttl: a.ttl, renewed: a.renewed}, false)
+		return
 	}
 	a.l.revoke(id)
 }
@@ -249,7 +246,7 @@ func (a *attempt) abandon() {
 // grant makes the lease of a granted attempt; at is its grant time (see
 // lease.at).
 func (a *attempt) grant(at time.Time) *lease {
-	ls := &lease{l: a.l, id: a.id, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: a.renewed, lost: make(chan struct{})}
+	ls := &lease{l: a.l, id: a.id, tag: a.tag, key: a.key, rev: a.rev, ttl: a.ttl, at: at, renewed: a.renewed, lost: make(chan struct{})}
 	ls.watch()
 	return ls
 }
@@ -359,7 +356,8 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 // seen or earlier, the watch covers every revision since the keys were
 // seen; otherwise a look finds a delete that came in between (a key gone,
 // or its name reused by a later key). A delete at seen or before is of an
-// earlier key of the same name.
+// earlier key of the same name (a spare etcd lease's keys share a name,
+// keyOf).
 func (a *attempt) waitDelete(ctx context.Context, set map[string]int64, own bool, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
 	if testBeforeWatch != nil {
 		testBeforeWatch()

@@ -18,46 +18,39 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/stats"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // BenchmarkUncontended: one client acquires and releases a free lock with
-// dlock's etcd driver (TTL 10s), with etcd's own concurrency.Mutex (on a
+// dlock's etcd driver (TTL 10s), with the driver alone (its Acquire and
+// Release called directly: what the portable layer adds is the
+// difference), with etcd's own concurrency.Mutex (on a
 // session created beforehand, as its users do), with the floor of the same
 // guarantees (grant a lease of the TTL, put-if-absent under it reading the
 // queue's lowest create revision, delete), and a linearizable Get (one raw
-// round trip), the four interleaved in each iteration so that they see
+// round trip), the five interleaved in each iteration so that they see
 // the same server and noise. Run with a fixed count, e.g.
 //
 //	go test -run '^$' -bench Uncontended -benchtime 500x -count 5 ./
 //
 // Each sub-benchmark starts its own one-member server: fsync on (etcd's
 // default) and --unsafe-no-fsync. Reported: p50 of each (µs) and the
-// ratios dlock/floor and dlock/mutex. ns/op is the sum of the four.
+// ratios dlock/floor, dlock/mutex and driver/mutex. ns/op is the sum of
+// the five.
 func BenchmarkUncontended(b *testing.B) {
 	for _, nofsync := range []bool{false, true} {
 		srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: nofsync})
 		b.Run("fsync="+srv.Settings["fsync"], func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
 			prefix := fmt.Sprintf("/dlockbench/%d", time.Now().UnixNano())
-			l, err := dlock.Open(ctx, srv.URL+prefix)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + srv.Addr}, Logger: zap.NewNop()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cli.Close()
-			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sess.Close()
+			l, cli, sess := openPeers(b, srv, prefix)
 			mu := concurrency.NewMutex(sess, prefix+"-mutex/u")
 			opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+			drv := newLocker(cli, false, prefix+"-driver")
+			defer drv.Close()
+			req := driver.Request{Name: "u", TTL: opts.TTL}
 			ops := []func() error{
 				func() error { // dlock
 					ls, err := l.Acquire(ctx, "u", opts)
@@ -90,9 +83,18 @@ func BenchmarkUncontended(b *testing.B) {
 					_, err := cli.Get(ctx, prefix+"-rtt")
 					return err
 				},
+				func() error { // the driver alone
+					ls, err := drv.Acquire(ctx, req)
+					if err != nil {
+						return err
+					}
+					return ls.Release(ctx)
+				},
 			}
 			meds := testenv.Interleaved(b, 20, ops...)
-			d, m, f, r := meds[0], meds[1], meds[2], meds[3]
+			d, m, f, r, dr := meds[0], meds[1], meds[2], meds[3], meds[4]
+			b.ReportMetric(stats.Micros(dr), "driver-p50-µs")
+			b.ReportMetric(float64(dr)/float64(m), "driver/mutex")
 			b.ReportMetric(stats.Micros(d), "dlock-p50-µs")
 			b.ReportMetric(stats.Micros(m), "mutex-p50-µs")
 			b.ReportMetric(stats.Micros(f), "floor-p50-µs")
@@ -290,4 +292,100 @@ func BenchmarkHeldLeases(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLockUse counts, per uncontended acquire+release of one name
+// (TTL 10s), the allocations (-benchmem), the requests the server handles
+// by gRPC method and the client's CPU time, of dlock's etcd driver and of
+// etcd's own concurrency.Mutex (a session made beforehand, a NewMutex per
+// use, as its users write it): exact counts beside BenchmarkUncontended's
+// times. Run with e.g.
+//
+//	go test -run '^$' -bench LockUse -benchmem -benchtime 2000x ./
+func BenchmarkLockUse(b *testing.B) {
+	srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: true})
+	ctx := testenv.Context(b, 10*time.Minute)
+	prefix := fmt.Sprintf("/dlockbench-use/%d", time.Now().UnixNano())
+	l, _, sess := openPeers(b, srv, prefix)
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	for _, c := range []struct {
+		name string
+		use  func() error
+	}{
+		{"dlock", func() error {
+			ls, err := l.Acquire(ctx, "u", opts)
+			if err != nil {
+				return err
+			}
+			return ls.Release(ctx)
+		}},
+		{"mutex", func() error {
+			m := concurrency.NewMutex(sess, prefix+"-mutex/u")
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range 20 { // warm: streams open, a spare kept
+				if err := c.use(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before, c0, s0 := etcdRequests(b, srv.Addr), selfCPU(), procCPU(srv.Pid())
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := c.use(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			c1, s1, after := selfCPU(), procCPU(srv.Pid()), etcdRequests(b, srv.Addr)
+			if c1 > 0 && s1 > 0 {
+				b.ReportMetric(stats.Micros(c1-c0)/float64(b.N), "client-µs/op")
+				b.ReportMetric(stats.Micros(s1-s0)/float64(b.N), "server-µs/op")
+			}
+			for m, n := range after {
+				if d := n - before[m]; d > 0 && m != "Status" {
+					b.ReportMetric(d/float64(b.N), m+"/op")
+				}
+			}
+		})
+	}
+}
+
+// openPeers opens, on srv under prefix, the uncontended benchmarks' two
+// contenders on one etcd client: a dlock Locker, and a concurrency
+// Session of 10s for concurrency.Mutex; all closed when tb ends. One
+// client, one connection: interleaved op by op, a Locker on a connection
+// of its own found it idle, colder, at each of its turns (30-70µs a lock
+// use, more with fsync).
+func openPeers(tb testing.TB, srv *testenv.Server, prefix string) (*dlock.Locker, *clientv3.Client, *concurrency.Session) {
+	tb.Helper()
+	cli := newClient(tb, srv.Addr)
+	l, err := OpenLocker(cli, &Options{Prefix: prefix})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { sess.Close() })
+	return l, cli, sess
+}
+
+// newClient opens an etcd client to the member at addr, closed when tb
+// ends.
+func newClient(tb testing.TB, addr string) *clientv3.Client {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, Logger: zap.NewNop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
 }

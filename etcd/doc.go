@@ -37,11 +37,19 @@
 // own whose TTL is the lease's (rounded up to whole seconds, plus one
 // from 10s up: see below):
 //
-//	<prefix>/<escaped name>/<etcd lease id, 16 hex digits>   value: the Owner of the request
+//	<prefix>/<escaped name>/<etcd lease id>-<grant tag>   value: the Owner of the request
 //
 // A semaphore's attempts queue apart from the lock of the same name:
 //
-//	<prefix>/<escaped name>%sem/<etcd lease id, 16 hex digits>   value: "<N>\n<Owner>"
+//	<prefix>/<escaped name>%sem/<etcd lease id>-<grant tag>   value: "<N>\n<Owner>"
+//
+// Both are 16 hex digits. The grant tag, random, drawn when the Locker
+// granted the etcd lease, makes the name that grant's own: an etcd lease
+// id is unique only among live leases (the server may issue an expired
+// lease's id again, and a client may name the id it grants). The
+// successive attempts of one etcd lease (a spare, see Guarantees) reuse
+// the name, so that the server's index, which keeps a deleted key until
+// a compaction, does not grow by a key per lock use.
 //
 // The escaped name is the name with '%' and '/' percent-escaped (%25,
 // %2F), so that the keys of two names never share a prefix; any other
@@ -114,10 +122,14 @@
 //     renewal counts from the batch's send. A watch on the holder's key, from 100ms after
 //     the grant, reports a loss (its deletion) at once, before the next
 //     renewal would.
-//   - Release deletes the key only if it still has its create revision
-//     (another owner's key has another name and is never touched), then
-//     keeps the etcd lease as a spare, or revokes it in the background
-//     when the delete did not happen or its outcome is unknown.
+//   - Release deletes the key (a plain delete, as concurrency.Mutex's:
+//     the key's name is its etcd lease grant's alone, and that lease's
+//     attempts come one at a time, so another owner's key, even under a
+//     reissued etcd lease id, has another name and is never touched),
+//     then keeps the etcd lease as a spare. A delete that finds no key
+//     leaves the lease id alone (it may be another client's by then); one
+//     whose outcome is unknown is tried again in the background, and the
+//     lease, not reused, is revoked.
 //   - A cancelled Acquire deletes its key (or, when the key's state is
 //     unknown, revokes its etcd lease, which deletes it) with a fresh
 //     context bounded to 5s. A holder that dies frees the lock when

@@ -19,6 +19,7 @@ import (
 type lease struct {
 	l   *locker
 	id  clientv3.LeaseID
+	tag uint64 // drawn at the etcd lease's grant (keyOf)
 	key string
 	rev int64
 	ttl int64 // seconds
@@ -32,14 +33,16 @@ type lease struct {
 
 	mu       sync.Mutex
 	released bool
+	onLost   func()             // OnLost's callback, until the lease is lost or released
 	renewed  time.Time          // start of the etcd lease's last renewal (at, then Refresh's)
 	timer    *time.Timer        // starts the watch on our key
 	cancel   context.CancelFunc // ends the watch once it started
 }
 
 var (
-	_ driver.Lease   = (*lease)(nil)
-	_ driver.Granted = (*lease)(nil)
+	_ driver.Lease        = (*lease)(nil)
+	_ driver.Granted      = (*lease)(nil)
+	_ driver.LossNotifier = (*lease)(nil)
 )
 
 func (ls *lease) Token() uint64         { return uint64(ls.rev) }
@@ -47,7 +50,36 @@ func (ls *lease) GrantedAt() time.Time  { return ls.at }
 func (ls *lease) Lost() <-chan struct{} { return ls.lost }
 func (ls *lease) String() string        { return ls.key }
 
-func (ls *lease) markLost() { ls.lostOnce.Do(func() { close(ls.lost) }) }
+// markLost closes Lost and calls OnLost's callback, unless the lease was
+// released first.
+func (ls *lease) markLost() {
+	ls.lostOnce.Do(func() {
+		close(ls.lost)
+		ls.mu.Lock()
+		f := ls.onLost
+		ls.onLost = nil
+		ls.mu.Unlock()
+		if f != nil {
+			go f()
+		}
+	})
+}
+
+// OnLost calls f in a goroutine of its own when the lease is lost, never
+// once it is released (driver.LossNotifier): the portable layer then
+// starts no goroutine per grant to wait on Lost, and wakes none at each
+// release.
+func (ls *lease) OnLost(f func()) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	switch {
+	case ls.released:
+	case ls.lostErr() != nil: // markLost took onLost before f was set
+		go f()
+	default:
+		ls.onLost = f
+	}
+}
 
 // watchAfter is how long a lease is held before its key is watched: a
 // lock held for less (most are) costs no watch, and one held longer learns
@@ -213,33 +245,62 @@ func (ls *lease) refresh(octx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release deletes our key if and only if it is still ours (same create
-// revision), then keeps the etcd lease, alive and without keys, as a spare
-// for the next acquisition (spares.go), or revokes it in the background
-// (Close waits for it) when the delete did not happen or its outcome is
-// unknown. A key per lease id means no other owner's key is ever touched.
+// Release deletes our key, then keeps the etcd lease, alive and without
+// keys, as a spare for the next acquisition (spares.go). The delete is a
+// plain one, the floor's and concurrency.Mutex's (a transaction that
+// compares the create revision first costs the server more: a read view
+// and the compare before the write): our key's name is our etcd lease
+// grant's alone (keyOf: no attempt under another lease, or under this
+// lease id reissued, has it), and that lease's attempts come one at a
+// time, so whatever the delete finds is our key, and no other owner's key
+// is ever touched. A delete that finds no key (our etcd lease expired or
+// was revoked, the key was deleted) leaves the lease id alone: it may be
+// another client's lease by now. One whose outcome is unknown is tried
+// again in the background (Close waits for it), and the lease is then not
+// reused: the first delete may still be applied later.
+//
+// The delete runs on ctx, not on one that Close also cancels (op): the
+// portable layer releases with a bounded context, and releases every
+// lease before it closes the driver, so Close never waits for a release;
+// a context per release would cost allocations and a lock that every
+// release of the Locker shares.
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.released = true
+	ls.onLost = nil
 	renewed := ls.renewed
 	ls.mu.Unlock()
 	ls.stopWatch()
-	octx, cancel := ls.l.op(ctx)
-	defer cancel()
-	resp, err := ls.l.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(ls.key), "=", ls.rev)).
-		Then(clientv3.OpDelete(ls.key)).
-		Commit()
-	if err == nil && resp.Succeeded && ls.lostErr() == nil {
-		ls.l.spares.put(spare{id: ls.id, ttl: ls.ttl, renewed: renewed})
-		return nil
-	}
-	ls.l.revokeLater(ls.id)
-	if err != nil {
+	resp, err := ls.l.cli.Delete(ctx, ls.key)
+	sp := spare{id: ls.id, tag: ls.tag, ttl: ls.ttl, renewed: renewed}
+	switch {
+	case err != nil:
+		if !ls.l.background(func() { ls.l.deleteKey(ls.key, sp, true) }) {
+			ls.l.deleteKey(ls.key, sp, true)
+		}
 		return ls.l.wrapErr(ctx, err)
-	}
-	if !resp.Succeeded {
+	case resp.Deleted == 0:
 		return fmt.Errorf("etcd: key %s is gone: %w", ls.key, driver.ErrNotHeld)
 	}
+	ls.l.spares.put(sp)
 	return nil
+}
+
+// deleteKey deletes key, an attempt's key under the etcd lease of sp,
+// with a fresh bounded context. When it deletes the key (sp was alive and
+// ours then) it keeps sp as a spare, or with retire (an earlier delete of
+// key had an unknown outcome, and may yet be applied to the next
+// attempt's key of the same name) revokes it. A delete that fails revokes
+// sp's lease (which deletes the key); one that finds no key leaves it
+// alone.
+func (l *locker) deleteKey(key string, sp spare, retire bool) {
+	ctx, cancel := cleanupCtx()
+	resp, err := l.cli.Delete(ctx, key)
+	cancel()
+	switch {
+	case err != nil || resp.Deleted == 1 && retire:
+		l.revoke(sp.id)
+	case resp.Deleted == 1:
+		l.spares.put(sp)
+	}
 }

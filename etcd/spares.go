@@ -40,6 +40,7 @@ type spares struct {
 // spare is an etcd lease without keys.
 type spare struct {
 	id       clientv3.LeaseID
+	tag      uint64    // drawn at its grant: its keys' names (keyOf)
 	ttl      int64     // seconds
 	renewed  time.Time // start of its last successful grant or renewal
 	returned time.Time // when it was last given back
