@@ -55,6 +55,9 @@ type Locker struct {
 	// (a RowCreator creates the others' in the attempt's script; a row
 	// deleted since is missed once and created again).
 	rows knownset.Set
+	// contended are names whose last blocking Acquire by this Locker
+	// (queueing) found them held: the next one queues at once.
+	contended knownset.Set
 
 	hub *hub
 	// id names this Locker's grant channel (VersionQueuer).
