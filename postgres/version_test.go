@@ -53,3 +53,54 @@ func TestVersionTryTakesNoRowLock(t *testing.T) {
 		t.Fatalf("try of a held name while another transaction holds its row's lock: %v, want ErrNotAcquired at once", err)
 	}
 }
+
+// TestVersionContendedQueuesAtOnce: a blocking Acquire of a name its
+// Locker found held at its last Acquire queues in one round trip (the
+// wait's statement, which takes a free lease too), without the try
+// first (a statement and a round trip more per contended grant).
+func TestVersionContendedQueuesAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	url := versionURL(t)
+	holder, op := sqltest.Open(t, ctx, url), sqltest.Open(t, ctx, url)
+	waiter, f := countedLocker(t, "version")
+	name := queuedName("queueatonce")
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	for round := range 4 { // round 0 tries first and prepares the statements
+		ls, err := holder.Acquire(ctx, name, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r0, _ := f.Count()
+		got := acquireAsync(t, ctx, waiter, name, opts)
+		awaitWaiters(t, ctx, op, name, 1)
+		r1, _ := f.Count()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := within(t, got, 5*time.Second, "the queued waiter").Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: %d round trips to queue", round, r1-r0)
+		if round > 1 && r1-r0 != 1 {
+			t.Errorf("round %d: a blocking Acquire of a name held at its last Acquire took %d round trips to queue, want 1", round, r1-r0)
+		}
+	}
+	// Free now: the wait's statement takes it, and the next Acquires
+	// try first again; each takes one round trip and its release one
+	// (the first rounds may prepare statements on the pool's second
+	// connection).
+	for round := range 5 {
+		r0, _ := f.Count()
+		ls, err := waiter.Acquire(ctx, name, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r1, _ := f.Count(); round > 2 && r1-r0 != 2 {
+			t.Errorf("free round %d: an Acquire+Release of a free name took %d round trips, want 2", round, r1-r0)
+		}
+	}
+}
