@@ -27,8 +27,12 @@
 // setting, where a misspelt dlock parameter would fail late and obscurely.
 // Server settings go through options=-c name=value, or search_path,
 // timezone and client_encoding, which are accepted as they are.
-// pool_max_conns defaults to 32 (each held forupdate or advisory lease
-// pins one connection).
+// pool_max_conns defaults to 32. Each held forupdate lease pins one
+// connection, so a Locker holds at most pool_max_conns forupdate leases at
+// once (one more attempt waits for a connection and fails with
+// dlock.ErrPoolExhausted when its context ends: see Sessions); advisory
+// leases share connections (an advisory lease with an Owner keeps one of
+// its own), version leases hold none.
 //
 // Open connects (and creates the table) before it returns, so a wrong
 // address or password fails there. The password never appears in an
@@ -144,7 +148,8 @@
 // # Sessions
 //
 // forupdate pins a pool connection per lease (the row lock lives in its
-// transaction). advisory leases share connections: one session holds the
+// transaction, and one transaction's row locks cannot be freed one by
+// one). advisory leases share connections: one session holds the
 // advisory locks of many leases, a lease frees only its own (never
 // pg_advisory_unlock_all or a RESET while another lease holds on the
 // session), two leases of one name on one Locker never stack on one
