@@ -2,9 +2,8 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -92,21 +91,7 @@ func TestForUpdatePoolFull(t *testing.T) {
 		}
 		held = append(held, ls)
 	}
-	for _, try := range []bool{false, true} {
-		wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		var err error
-		if try {
-			_, err = l.TryAcquire(wctx, prefix+"free", nil)
-		} else {
-			_, err = l.Acquire(wctx, prefix+"free", nil)
-		}
-		wcancel()
-		if !errors.Is(err, dlock.ErrPoolExhausted) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "a pool of "+strconv.Itoa(size)) {
-			t.Errorf("try %v: an attempt beside %d forupdate leases on a pool of %d: %v, want ErrPoolExhausted naming the pool's size, wrapping the context's error", try, size, size, err)
-		} else {
-			t.Logf("try %v: %v", try, err)
-		}
-	}
+	sqltest.PoolFull(t, ctx, l, prefix+"free", nil, size, fmt.Sprintf("beside %d forupdate leases", size))
 	if err := held[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
