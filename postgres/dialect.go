@@ -24,8 +24,9 @@ type dialect struct{}
 var _ sqllock.RowCreator = dialect{}
 
 // CreatesRow: forupdate's Lock creates a new name's row in its own batch
-// (Req.Create); VersionAcquire's one statement always creates a missing
-// row, so it answers the same with Create or without.
+// (Req.Create); VersionAcquire creates it with Create, and without it
+// takes a known name's row by a plain UPDATE, whose missing row the core
+// answers with Create.
 func (dialect) CreatesRow() {}
 
 func (dialect) Backend() string           { return "postgres" }
@@ -433,10 +434,24 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 }
 
 // VersionAcquire takes the lease when it is free or expired (TryAcquire:
-// it never queues).
+// it never queues). A name this Locker has found (not r.Create) is taken
+// by a plain UPDATE, the floor's statement: it costs the server less than
+// the INSERT … ON CONFLICT that creates a missing row, and, failing,
+// locks and writes nothing (ON CONFLICT DO UPDATE locks the row it finds
+// even when its WHERE then fails). Its row source is the row as the
+// statement found it: no row when the row is missing, which the core
+// answers with the INSERT (Create).
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	const rem = "(extract(epoch FROM expires_at - now()) * 1e6)::bigint"
+	if !r.Create {
+		return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version take"}, func() string {
+			return "WITH up AS (UPDATE " + t.Q + " SET fence = " + nextval(t) + ", owner = $2, acquired_at = now(), expires_at = now() + $3::bigint * interval '1 microsecond', session = $4" +
+				" WHERE name = $1 AND (expires_at IS NULL OR expires_at <= now()) RETURNING fence)" +
+				" SELECT (SELECT fence FROM up), p.rem FROM (SELECT " + rem + " AS rem FROM " + t.Q + " WHERE name = $1) p"
+		}), r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
+	}
 	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version acquire"}, func() string {
-		return `WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM ` + t.Q + ` WHERE name = $1),
+		return `WITH prev AS (SELECT ` + rem + ` AS rem FROM ` + t.Q + ` WHERE name = $1),
 up AS (INSERT INTO ` + t.Q + ` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, ` + nextval(t) + `, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = ` + nextval(t) + `, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
@@ -492,16 +507,19 @@ func handover(t sqllock.Table, match, held, me string) string {
 	// vars of the jsonpath filters: the server's now in microseconds and
 	// the nonce to leave out (JSON null for none).
 	vars := "jsonb_build_object('n', " + nowMicros + ", 'me', " + me + ")"
-	// h is the entry granted (NULL: none); none is looked for while the
-	// queue is empty (NULL), so that such a release costs what a plain
-	// UPDATE does.
-	h := "(CASE WHEN t.queue IS NOT NULL AND " + held + " THEN jsonb_path_query_first(t.queue, '$[*] ? (@.e > $n && @.w != $me)', " + vars + ") END)"
-	return "WITH up AS (UPDATE " + t.Q + " AS t SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (\n" +
+	// g.h is the entry granted (NULL: none), looked for once per row by
+	// the sub-SELECT (written out in each column, it was evaluated once
+	// per use: seven scans of the queue per release); none is looked for
+	// while the queue is empty (NULL), so that such a release costs what
+	// a plain UPDATE does.
+	h := "g.h"
+	return "WITH up AS (UPDATE " + t.Q + " AS t SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (SELECT\n" +
 		"\t\tCASE WHEN " + h + " IS NULL THEN t.fence ELSE " + nextval(t) + " END, coalesce(" + h + "->>'o', t.owner), coalesce((" + h + "->>'w')::bigint, t.session),\n" +
 		"\t\tCASE WHEN " + h + " IS NULL THEN t.acquired_at ELSE now() END,\n" +
 		"\t\tCASE WHEN " + h + " IS NOT NULL THEN now() + (" + h + "->>'t')::bigint * interval '1 microsecond' WHEN " + held + " THEN NULL ELSE t.expires_at END,\n" +
 		"\t\tCASE WHEN t.queue IS NOT NULL THEN nullif(jsonb_path_query_array(t.queue, '$[*] ? (@.e > $n && @.w != $me && @.w != $h)', " + vars + " || jsonb_build_object('h', " + h + "->'w')), '[]') END,\n" +
-		"\t\t" + h + "->>'c')\n" +
+		"\t\t" + h + "->>'c'\n" +
+		"\t\tFROM (SELECT CASE WHEN t.queue IS NOT NULL AND " + held + " THEN jsonb_path_query_first(t.queue, '$[*] ? (@.e > $n && @.w != $me)', " + vars + ") END AS h) g)\n" +
 		"\tWHERE t.name = $1 AND (" + match + ") RETURNING t.session, t.fence, t.granted_to, t.expires_at, t.waiters_until)\n" +
 		"SELECT (CASE WHEN granted_to IS NOT NULL THEN pg_notify(granted_to, session || ' ' || fence) WHEN expires_at IS NULL AND waiters_until > now() THEN pg_notify($3, $1) END) IS NULL FROM up"
 }

@@ -27,8 +27,12 @@
 // setting, where a misspelt dlock parameter would fail late and obscurely.
 // Server settings go through options=-c name=value, or search_path,
 // timezone and client_encoding, which are accepted as they are.
-// pool_max_conns defaults to 32 (each held forupdate or advisory lease
-// pins one connection).
+// pool_max_conns defaults to 32. Each held forupdate lease pins one
+// connection, so a Locker holds at most pool_max_conns forupdate leases at
+// once (one more attempt waits for a connection and fails with
+// dlock.ErrPoolExhausted when its context ends: see Sessions); advisory
+// leases share connections (an advisory lease with an Owner keeps one of
+// its own), version leases hold none.
 //
 // Open connects (and creates the table) before it returns, so a wrong
 // address or password fails there. The password never appears in an
@@ -50,9 +54,10 @@
 //     (a pgx batch: BEGIN, set_config, the locking SELECT, which takes the
 //     token from the sequence) and one per release (ROLLBACK). A held
 //     lease pins one connection; a pool of one connection is enough.
-//   - version: an optimistic lease row: a conditional INSERT … ON CONFLICT
-//     DO UPDATE … WHERE expires_at <= now() takes it, with the expiry
-//     computed by the server's clock; refresh and release are conditional
+//   - version: an optimistic lease row: a conditional UPDATE … WHERE
+//     expires_at <= now() takes it (INSERT … ON CONFLICT DO UPDATE for a
+//     name the Locker has not found yet, which creates a missing row),
+//     with the expiry computed by the server's clock; refresh and release are conditional
 //     on the grant's token. No connection is pinned. Waiters queue in the
 //     name's row (column queue: nonce, owner, TTL, the Locker's grant
 //     channel and the entry's expiry on the server's clock, in arrival
@@ -71,7 +76,9 @@
 //     expires and is skipped. So waiters are served in arrival order
 //     (Capabilities.Fair; a TryAcquire still takes a lease that expired
 //     unreleased). A blocking Acquire tries once with TryAcquire's
-//     statement and queues only when that fails; if its Locker's listener
+//     statement and queues only when that fails (it queues at once, with
+//     the statement that also takes a free lease, when the name was held
+//     at its Locker's last Acquire of it); if its Locker's listener
 //     is not running yet (still connecting, or lost), it queues all the
 //     same, in its arrival's place, then starts one and renews at once,
 //     which takes a grant made meanwhile. A
@@ -144,7 +151,8 @@
 // # Sessions
 //
 // forupdate pins a pool connection per lease (the row lock lives in its
-// transaction). advisory leases share connections: one session holds the
+// transaction, and one transaction's row locks cannot be freed one by
+// one). advisory leases share connections: one session holds the
 // advisory locks of many leases, a lease frees only its own (never
 // pg_advisory_unlock_all or a RESET while another lease holds on the
 // session), two leases of one name on one Locker never stack on one

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -62,6 +63,43 @@ func TestForUpdateAnnouncesOnlyWithOwner(t *testing.T) {
 		} else if want := "dlock " + strconv.FormatUint(ls.Token(), 10) + " " + owner; app != want || !info.Held || info.Owner != owner || info.Fence != ls.Token() {
 			t.Errorf("with an Owner: application_name %q, inspect %+v; want %q, held by %q with fence %d", app, info, want, owner, ls.Token())
 		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestForUpdatePoolFull: each forupdate lease pins a connection (its row
+// lock lives in its transaction), so a Locker holds at most
+// pool_max_conns of them at once; one more Acquire or TryAcquire, of a
+// free name, waits for a connection and, when its context ends, fails
+// with ErrPoolExhausted naming the pool's size and wrapping the
+// context's error (dlockbench's scale leases=100 and 1000 rows meet it
+// on the default pool of 32); a lease released gives its connection to
+// the next attempt.
+func TestForUpdatePoolFull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const size = 3
+	l := sqltest.Open(t, ctx, sqltest.WithParams(testenv.Postgres(t).URL, "strategy", "forupdate", "pool_max_conns", strconv.Itoa(size), "table", "poolfull"))
+	prefix := "poolfull/" + strconv.FormatInt(time.Now().UnixNano(), 10) + "/"
+	var held []*dlock.Lease
+	for i := range size {
+		ls, err := l.TryAcquire(ctx, prefix+strconv.Itoa(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ls)
+	}
+	sqltest.PoolFull(t, ctx, l, prefix+"free", nil, size, fmt.Sprintf("beside %d forupdate leases", size))
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := l.TryAcquire(ctx, prefix+"free", nil)
+	if err != nil {
+		t.Fatalf("an attempt after a lease's release: %v", err)
+	}
+	for _, ls := range append(held[1:], ls) {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

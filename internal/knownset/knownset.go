@@ -37,3 +37,10 @@ func (s *Set) Add(name string) {
 	}
 	s.m[name] = struct{}{}
 }
+
+// Delete forgets name.
+func (s *Set) Delete(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, name)
+}

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestSet: a name added is known until the set fills, which forgets every
-// name at once; the set never holds more than Max; concurrent use is safe
+// TestSet: a name added is known until it is deleted or the set fills,
+// which forgets every name at once; the set never holds more than Max; concurrent use is safe
 // (-race).
 func TestSet(t *testing.T) {
 	s := &Set{Max: 3}
@@ -23,6 +23,10 @@ func TestSet(t *testing.T) {
 	s.Add("d")
 	if s.Has("a") || !s.Has("d") {
 		t.Fatal("a full set did not start again with the name added")
+	}
+	s.Delete("d")
+	if s.Has("d") {
+		t.Fatal("a name deleted is known")
 	}
 	var wg sync.WaitGroup
 	for i := range 8 {

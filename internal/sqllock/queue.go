@@ -60,15 +60,21 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	r := Req{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Nonce: newNonce(), Channel: l.hub.grantChannel}
 	// The first attempt is TryAcquire's, whose statement costs a free
 	// lease 50us less than VersionWait's (the listener, started at the
-	// Locker's first use, is not needed for it). When it fails the
-	// waiter queues at once, registered with the listener before the
-	// statement that queues it: a release may grant it the lease as soon
-	// as that statement has committed, before its reply is read. With no
-	// listener running (not started yet, or dead) it queues all the same,
-	// so that its place is its arrival's, then starts one and renews at
-	// once, which takes a grant made meanwhile.
-	if ls, err := l.acquireVersion(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
-		return ls, err
+	// Locker's first use, is not needed for it), unless the name was
+	// held at this Locker's last Acquire of it (contended): that try
+	// would most likely fail, a statement and a round trip more per
+	// grant. When it fails the waiter queues at once, registered with
+	// the listener before the statement that queues it: a release may
+	// grant it the lease as soon as that statement has committed, before
+	// its reply is read. With no listener running (not started yet, or
+	// dead) it queues all the same, so that its place is its arrival's,
+	// then starts one and renews at once, which takes a grant made
+	// meanwhile. VersionWait takes a free lease as the try does.
+	skipped := l.contended.Has(req.Name)
+	if !skipped {
+		if ls, err := l.acquireVersion(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+			return ls, err
+		}
 	}
 	grants := l.hub.awaitGrant(r.Nonce)
 	defer l.hub.endGrant(r.Nonce)
@@ -79,6 +85,8 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// queued: a grant came after it, so a lease counted from it ends
 		// no later than on the server.
 		safe time.Time
+		// waited: a statement found the waiter queued.
+		waited bool
 	)
 	defer func() {
 		if timer != nil {
@@ -98,9 +106,16 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			return nil, ctxErr(ctx, l.errorf("acquire %q: %w", req.Name, err))
 		}
 		if token != nil {
+			if skipped && !waited {
+				l.contended.Delete(req.Name) // found free
+			}
 			ls := l.queuedLease(r, *token, start)
 			ls.queued = queued != nil && *queued
 			return ls, nil
+		}
+		if !waited {
+			l.contended.Add(req.Name)
+			waited = true
 		}
 		safe = start
 		if grants == nil {

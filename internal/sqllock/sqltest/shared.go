@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,21 +178,7 @@ func SharedSessions(t *testing.T, l, other, admin *dlock.Locker, size int) {
 			}
 		}()
 		time.Sleep(time.Second) // every waiter in the server's queue
-		for _, try := range []bool{false, true} {
-			wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			var err error
-			if try {
-				_, err = l.TryAcquire(wctx, prefix+"full/free", opts)
-			} else {
-				_, err = l.Acquire(wctx, prefix+"full/free", opts)
-			}
-			wcancel()
-			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrPoolExhausted) || err == context.DeadlineExceeded {
-				t.Errorf("try %v: an attempt beside %d waiters on a pool of %d: %v, want the context's error wrapped in ErrPoolExhausted", try, size, size, err)
-			} else {
-				t.Logf("try %v: %v", try, err)
-			}
-		}
+		PoolFull(t, ctx, l, prefix+"full/free", opts, size, fmt.Sprintf("beside %d waiters", size))
 	})
 	t.Run("KilledSession", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -266,4 +253,28 @@ func heldOn(t *testing.T, ctx context.Context, take func(context.Context, string
 		t.Fatal(err)
 	}
 	return ls, sid
+}
+
+// PoolFull: an Acquire and a TryAcquire of the free name on l, whose
+// pool's size connections are all in use (as where says), each fail
+// when their context ends, with the context's error wrapped in
+// ErrPoolExhausted, whose message gives the pool's size.
+func PoolFull(t *testing.T, ctx context.Context, l *dlock.Locker, name string, opts *dlock.AcquireOptions, size int, where string) {
+	t.Helper()
+	for _, try := range []bool{false, true} {
+		wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		var err error
+		if try {
+			_, err = l.TryAcquire(wctx, name, opts)
+		} else {
+			_, err = l.Acquire(wctx, name, opts)
+		}
+		wcancel()
+		pool := fmt.Sprintf("(a pool of %d)", size)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrPoolExhausted) || err == context.DeadlineExceeded || !strings.Contains(err.Error(), pool) {
+			t.Errorf("try %v: an attempt %s on a pool of %d: %v, want the context's error wrapped in ErrPoolExhausted %s", try, where, size, err, pool)
+		} else {
+			t.Logf("try %v: %v", try, err)
+		}
+	}
 }
