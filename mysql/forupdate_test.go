@@ -82,21 +82,38 @@ func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
 	}
 }
 
-// TestForUpdateAddsTheHolderTable: a lock table made by a dlock from
-// before the holder table gets one when a Locker opens it (the migration
-// only adds a table), and its locks are granted and inspected as usual.
-func TestForUpdateAddsTheHolderTable(t *testing.T) {
-	ctx, db, u := tableTest(t, "forupdate", "before_hold")
-	sqltest.Open(t, ctx, u).Close()
-	if _, err := db.ExecContext(ctx, "DROP TABLE before_hold_hold"); err != nil {
+// TestForUpdateAddsTheGrantTable: a lock table made by a dlock from
+// before the grant table gets one when a Locker opens it (the migration
+// only adds a table), its locks are granted and inspected as usual, and
+// their tokens go on above every token the older counter gave out, even
+// one far ahead of the clock (its recoveries' jumps).
+func TestForUpdateAddsTheGrantTable(t *testing.T) {
+	ctx, db, u := tableTest(t, "forupdate", "before_grant")
+	l := sqltest.Open(t, ctx, u)
+	ls, err := l.TryAcquire(ctx, "n", &dlock.AcquireOptions{NoKeepAlive: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	l := sqltest.Open(t, ctx, u)
-	ls, err := l.TryAcquire(ctx, "n", &dlock.AcquireOptions{Owner: "after/1", NoKeepAlive: true})
+	ahead := ls.Token() + 1<<40 // an older counter's tokens, past the clock's and one jump
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := db.ExecContext(ctx, "DROP TABLE before_grant_grant"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO before_grant_fence (id) VALUES (?); DELETE FROM before_grant_fence", ahead); err != nil {
+		t.Fatal(err)
+	}
+	l = sqltest.Open(t, ctx, u)
+	ls, err = l.TryAcquire(ctx, "n", &dlock.AcquireOptions{Owner: "after/1", NoKeepAlive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ls.Release(ctx)
+	if ls.Token() <= ahead {
+		t.Errorf("token %d after the older counter's %d", ls.Token(), ahead)
+	}
 	if info, err := l.Inspect(ctx, "n"); err != nil || !info.Held || info.Owner != "after/1" || info.Fence != ls.Token() {
 		t.Errorf("inspect: %+v, %v; want held by %q with fence %d", info, err, "after/1", ls.Token())
 	}
