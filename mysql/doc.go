@@ -150,7 +150,10 @@
 // # Sessions
 //
 // forupdate pins a pool connection per lease (the row lock lives in its
-// transaction). getlock leases share connections: one session holds the
+// transaction), so the server's max_connections, less its other
+// clients' connections, bounds the leases held at once: an Acquire beyond
+// fails at once with the server's refusal (Error 1040, wrapped), which
+// says so. getlock leases share connections: one session holds the
 // GET_LOCK locks of many leases, a lease frees only its own (RELEASE_LOCK
 // of its name, never RELEASE_ALL_LOCKS while another lease holds on the
 // session), two leases of one name on one Locker never stack on one

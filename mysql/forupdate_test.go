@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
@@ -179,5 +182,41 @@ func TestForUpdateRowCreatedInTheLock(t *testing.T) {
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM created WHERE name = 'c'").Scan(&n); err != nil || n != 1 {
 		t.Errorf("the row after the grant: %d rows, %v; want 1", n, err)
+	}
+}
+
+// TestForUpdateConnectionLimit: each held forupdate lease keeps a
+// connection of its own, so a Locker holding as many as the server's
+// max_connections allows gets no more: its Acquire fails at once with the
+// server's refusal (ER_CON_COUNT_ERROR, wrapped), saying why, and the
+// leases it holds stay held.
+func TestForUpdateConnectionLimit(t *testing.T) {
+	srv := testenv.NewMySQL(t, &testenv.MySQLOptions{Args: []string{"--max-connections=4"}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate"))
+	var held []*dlock.Lease
+	defer func() {
+		for _, ls := range held {
+			ls.Release(ctx)
+		}
+	}()
+	var err error
+	for i := 0; i < 20; i++ {
+		var ls *dlock.Lease
+		if ls, err = l.Acquire(ctx, fmt.Sprint("limit-", i), &dlock.AcquireOptions{NoKeepAlive: true}); err != nil {
+			break
+		}
+		held = append(held, ls)
+	}
+	var me *gomysql.MySQLError
+	if err == nil || !errors.As(err, &me) || me.Number != 1040 || !strings.Contains(err.Error(), "max_connections") || ctx.Err() != nil {
+		t.Fatalf("%d leases held, then %v; want the server's refusal (1040) that names max_connections", len(held), err)
+	}
+	t.Logf("%d leases held, then: %v", len(held), err)
+	for _, ls := range held {
+		if ls.Err() != nil {
+			t.Errorf("a held lease ended: %v", ls.Err())
+		}
 	}
 }
