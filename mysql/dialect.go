@@ -352,10 +352,6 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// nothing (the name has no row, or the marker is missing), the
 		// script's last statement, run on its own, tells which: it finds
 		// the row (a token of 0: Recover) or not (create it).
-		nowait := ""
-		if r.NoWait {
-			nowait = " NOWAIT"
-		}
 		var create []sqllock.Stmt
 		if r.Create {
 			// A name this Locker has not seen: its row is created first
@@ -363,10 +359,22 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			// restore: session sets the timeouts next).
 			create = d.EnsureRow(t, r)[:3]
 		}
-		return append(create, session(r), sqllock.S("START TRANSACTION"),
+		out := append(create, session(r), sqllock.S("START TRANSACTION"))
+		marker := "EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"
+		if r.NoWait {
+			// NOWAIT is the statement's: in the INSERT, it would refuse
+			// the counter's AUTO-INC lock too while another grant's
+			// INSERT holds it (Error 1467), so TryAcquire, which no
+			// release wakes, locks the row in a statement of its own.
+			return append(out,
+				sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE NOWAIT", r.Name),
+				sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1 AND "+marker,
+					r.Name, r.Owner))
+		}
+		return append(out,
 			sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, name, ?, CONNECTION_ID() FROM "+t.Q+
-				" WHERE name = ? AND EXISTS (SELECT 1 FROM "+t.Live+" WHERE server = @@server_id) FOR UPDATE"+nowait, r.Owner, r.Name),
-			sqllock.S(elseTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name))
+				" WHERE name = ? AND "+marker+" FOR UPDATE", r.Owner, r.Name),
+			sqllock.S(elseTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name))
 	}
 	// getlock: the token is the name's row's fence, moved on by the
 	// holder's own autocommitted UPDATE (committed, as durably as any
@@ -475,12 +483,12 @@ func (dialect) Recover(t sqllock.Table) []sqllock.Stmt {
 		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_lv = 0"),
 		sqllock.S("SET @dlock_v = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
 		sqllock.S("INSERT INTO " + g + " (id, name) SELECT NULL, '' FROM DUAL WHERE @dlock_lv = 0"),
-		sqllock.S("SET @dlock_g = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
-		sqllock.S("SET @dlock_j = GREATEST(@dlock_v, @dlock_g) + " + strconv.FormatInt(counterJump, 10)), // NULL when either is
+		sqllock.S("SET @dlock_gv = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
+		sqllock.S("SET @dlock_j = GREATEST(@dlock_v, @dlock_gv) + " + strconv.FormatInt(counterJump, 10)), // NULL when either is
 		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT @dlock_j FROM DUAL WHERE @dlock_j IS NOT NULL"),
 		sqllock.S("INSERT INTO " + g + " (id, name) SELECT @dlock_j, '' FROM DUAL WHERE @dlock_j IS NOT NULL"),
 		sqllock.S("DELETE FROM " + t.Seq + " WHERE id IN (@dlock_v, @dlock_j)"),
-		sqllock.S("DELETE FROM " + g + " WHERE id IN (@dlock_g, @dlock_j)"),
+		sqllock.S("DELETE FROM " + g + " WHERE id IN (@dlock_gv, @dlock_j)"),
 		sqllock.S("COMMIT"),
 		// A user variable, not @@server_id, in the INSERT: a replica
 		// replaying the statement stores the primary's id, not its own.

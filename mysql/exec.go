@@ -44,12 +44,16 @@ const (
 // of the OK packets that the server sends anyway.
 const (
 	// lockTag: the statement's insert id, when it inserted a row, is the
-	// answer's one value. When it inserted none, the script's last
-	// statement, tagged elseTag (a SELECT … INTO), is run on its own (it
-	// is not sent with the others) and answers: a found row, the value
-	// 0, when it affected one; no row when it did not.
+	// answer's one value. When it inserted none: after a statement tagged
+	// foundTag, the answer is a found row, the value 0; otherwise the
+	// script's last statement, tagged elseTag (a SELECT … INTO), is run
+	// on its own (it is not sent with the others) and answers: a found
+	// row, the value 0, when it affected one; no row when it did not.
 	lockTag = "/* dlock:lock */ "
 	elseTag = "/* dlock:else */ "
+	// foundTag: the statement (a SELECT … INTO) found a row when it
+	// affected one; the script answers no row when it did not.
+	foundTag = "/* dlock:found */ "
 	// execTag: the script answers nothing (no row); it is executed only.
 	execTag = "/* dlock:exec */ "
 	// lastIDTag: the answer is one row, (the statement's insert id: its
@@ -63,9 +67,11 @@ const (
 // lastIDTag or execTag (handled), as one multi-statement when multi is
 // set, and scans the answer its tags define into dest.
 func runOK(ctx context.Context, c *sql.Conn, multi bool, stmts []sqllock.Stmt, dest []any) (handled, found bool, err error) {
-	ki, li, exec := -1, -1, false
+	fi, ki, li, exec := -1, -1, -1, false
 	for i, s := range stmts {
 		switch {
+		case strings.HasPrefix(s.SQL, foundTag):
+			fi = i
 		case strings.HasPrefix(s.SQL, lockTag):
 			ki = i
 		case strings.HasPrefix(s.SQL, lastIDTag):
@@ -89,10 +95,12 @@ func runOK(ctx context.Context, c *sql.Conn, multi bool, stmts []sqllock.Stmt, d
 		return true, false, nil
 	case li >= 0:
 		return true, true, assign(dest, ids[li])
-	case ki < 0:
+	case ki < 0, fi >= 0 && rows[fi] == 0:
 		return true, false, nil
 	case rows[ki] == 1:
 		return true, true, assign(dest, ids[ki])
+	case fi >= 0:
+		return true, true, assign(dest, int64(0))
 	case orElse == nil:
 		return true, false, nil
 	}
