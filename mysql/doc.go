@@ -130,8 +130,8 @@
 // innodb_flush_log_at_trx_commit makes a commit): a token is never handed
 // out twice, a name's tokens strictly increase whatever the clock does,
 // and a row or table dropped and created again goes on above the old
-// tokens (unless the clock went back). getlock writes the row right after
-// GET_LOCK granted the lock, in the same round trip. Earlier releases of
+// tokens (unless the clock went back). getlock writes the row in the statement
+// whose GET_LOCK granted the lock. Earlier releases of
 // dlock took version and getlock tokens from the counter, whose values
 // can lie below the clock: stop every client of an earlier release on a
 // version or getlock table before a client of this one uses it, or a
