@@ -220,3 +220,39 @@ func TestForUpdateConnectionLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestForUpdateWaitingGrantFallsBack: a blocking Acquire's grant is one
+// statement, which takes no token when the server's marker is missing
+// and finds no row when the name's row was deleted; its fallback tells
+// the two apart: it moves the counter on (the token jumps), or creates
+// the row, and grants with a larger token either way.
+func TestForUpdateWaitingGrantFallsBack(t *testing.T) {
+	ctx, db, u := tableTest(t, "forupdate", "fallback")
+	l := sqltest.Open(t, ctx, u)
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	take := func(step string) uint64 {
+		t.Helper()
+		ls, err := l.Acquire(ctx, "f", opts)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return ls.Token()
+	}
+	first := take("first")
+	if _, err := db.ExecContext(ctx, "DELETE FROM fallback_live"); err != nil {
+		t.Fatal(err)
+	}
+	recovered := take("marker missing")
+	if recovered < first+1<<36 {
+		t.Errorf("marker missing: token %d after %d, want the counter moved on by 2^36", recovered, first)
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM fallback WHERE name = 'f'"); err != nil {
+		t.Fatal(err)
+	}
+	if again := take("row deleted"); again <= recovered {
+		t.Errorf("row deleted: token %d after %d", again, recovered)
+	}
+}
