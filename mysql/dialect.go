@@ -393,7 +393,10 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	// first grant only), so a refused attempt leaves nothing to undo.
 	// While it waits, the statement holds the lock table's metadata lock
 	// (as a held forupdate lease does its table's): DDL on the table waits
-	// for the waiters.
+	// for the waiters. GET_LOCK in a write makes it unsafe for
+	// statement-based binary logging: with binlog_format=STATEMENT the
+	// server warns at each grant (MIXED, MariaDB's default, and ROW,
+	// MySQL's, log the row).
 	return d.SharedLock(t, r, true)
 }
 
