@@ -7,10 +7,13 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock/internal/sqllock"
 )
@@ -95,7 +98,7 @@ func scan(row *sql.Row, dest []any) (bool, error) {
 func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
 	sc, err := p.db.Conn(ctx)
 	if err != nil {
-		return nil, err
+		return nil, p.connErr(err)
 	}
 	c := &conn{p: p, c: sc}
 	_ = sc.Raw(func(dc any) error { c.key = dc; return nil })
@@ -121,6 +124,20 @@ func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
 	}
 	c.ses = ses
 	return c, nil
+}
+
+// connErr says why a connection could not be opened when the server
+// refused it for its max_connections (ER_CON_COUNT_ERROR): every held
+// forupdate lease keeps a connection of its own, so a Locker holding as
+// many leases as the server allows connections gets no more, however
+// large its pool.
+func (p *pool) connErr(err error) error {
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1040 {
+		return err
+	}
+	return fmt.Errorf("the server refused a connection beyond its max_connections (%d open from this pool; each held forupdate lease keeps one of its own: raise max_connections, or hold many leases at once with strategy getlock, whose leases share connections): %w",
+		p.db.Stats().OpenConnections, err)
 }
 
 // conn is a pinned connection.

@@ -98,15 +98,18 @@ func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 	// old counter's tokens, which a recovery may have moved ahead of the
 	// clock.
 	out = append(out, sqllock.S("DELETE FROM "+t.Live+" WHERE @dlock_m < 3"))
-	// The holder table and the semaphore table, each created on its own
+	// The grant table and the semaphore table, each created on its own
 	// (they came later than the others: their absence says nothing of the
-	// counter).
+	// counter). A grant table created anew starts at the clock too, and
+	// clears the marker: the first forupdate grant then moves both
+	// counters on (Recover) above every token either can have issued.
 	out = append(out,
-		sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = "+schema+" AND TABLE_NAME = "+literal(name+holdSuffix)),
-		sqllock.S("SET @dlock_ddl = IF(@dlock_m < 1, "+literal(createHold(t))+", 'DO 0')"),
+		sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = "+schema+" AND TABLE_NAME = "+literal(name+grantSuffix)),
+		sqllock.S("SET @dlock_ddl = IF(@dlock_m < 1, CONCAT("+literal(createGrant(t))+", ' AUTO_INCREMENT=', "+start+"), 'DO 0')"),
 		sqllock.S("PREPARE dlock_ddl FROM @dlock_ddl"),
 		sqllock.S("EXECUTE dlock_ddl"),
-		sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
+		sqllock.S("DEALLOCATE PREPARE dlock_ddl"),
+		sqllock.S("DELETE FROM "+t.Live+" WHERE @dlock_m < 1"))
 	return append(out,
 		sqllock.S("SELECT COUNT(*) INTO @dlock_m FROM information_schema.TABLES WHERE TABLE_SCHEMA = "+schema+" AND TABLE_NAME = "+literal(name+sqllock.SemSuffix)),
 		sqllock.S("SET @dlock_ddl = IF(@dlock_m < 1, "+literal(createSem(t))+", 'DO 0')"),
@@ -115,22 +118,28 @@ func (d dialect) Migrate(t sqllock.Table) []sqllock.Stmt {
 		sqllock.S("DEALLOCATE PREPARE dlock_ddl"))
 }
 
-// holdSuffix is appended to the lock table's name to name its holder
+// grantSuffix is appended to the lock table's name to name its grant
 // table; it is no longer than sqllock.SeqSuffix.
-const holdSuffix = "_hold"
+const grantSuffix = "_grant"
 
-// holdTable is the quoted holder table of t, next to its counter: each
-// forupdate holder inserts a row into it, keyed by its token, in the
-// lease's transaction, which the release rolls back. Its rows are never
-// committed; Inspect reads them dirty.
-func holdTable(t sqllock.Table) string {
-	return strings.TrimSuffix(t.Seq, sqllock.SeqSuffix+"`") + holdSuffix + "`"
+// grantTable is the quoted grant table of t, next to its counter. A
+// forupdate grant inserts a row into it in the lease's transaction, in
+// the statement that locks the name's row (Lock): the row's
+// AUTO_INCREMENT id is the grant's token (InnoDB never gives a value out
+// again while the server runs, though the release rolls the row back),
+// its other columns the holder, which Inspect reads dirty. Its rows are
+// never committed (Recover's are deleted in the transaction that wrote
+// them). (The holder table of earlier versions, <table>_hold, whose rows
+// a second INSERT wrote after the token's, is no longer used.)
+func grantTable(t sqllock.Table) string {
+	return strings.TrimSuffix(t.Seq, sqllock.SeqSuffix+"`") + grantSuffix + "`"
 }
 
-// createHold creates the holder table (holdTable).
-func createHold(t sqllock.Table) string {
-	return "CREATE TABLE IF NOT EXISTS " + holdTable(t) + ` (
-	id BIGINT NOT NULL PRIMARY KEY,
+// createGrant creates the grant table (grantTable); Migrate appends its
+// AUTO_INCREMENT start.
+func createGrant(t sqllock.Table) string {
+	return "CREATE TABLE IF NOT EXISTS " + grantTable(t) + ` (
+	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
 	name VARBINARY(1024) NOT NULL,
 	owner VARBINARY(1024) NOT NULL DEFAULT '',
 	session BIGINT NULL) ENGINE=InnoDB`
@@ -153,6 +162,8 @@ func (dialect) Check(t sqllock.Table) []sqllock.Stmt {
 		" WHEN VERSION() NOT LIKE '%MariaDB%' AND " + ver + " < 8000 THEN CONCAT('MySQL ', VERSION(), ' is older than 8.0: it recomputes AUTO_INCREMENT counters at restart, so tokens would start again')" +
 		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+sqllock.SeqSuffix) + "), 'InnoDB') <> 'InnoDB'" +
 		" THEN 'the token counter " + strings.ReplaceAll(name, "'", "") + sqllock.SeqSuffix + " is not an InnoDB table: its AUTO_INCREMENT may not be durable'" +
+		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+grantSuffix) + "), 'InnoDB') <> 'InnoDB'" +
+		" THEN 'the token counter " + strings.ReplaceAll(name, "'", "") + grantSuffix + " is not an InnoDB table: its AUTO_INCREMENT may not be durable'" +
 		" WHEN IFNULL((SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = " + schema + " AND TABLE_NAME = " + literal(name+sqllock.LiveSuffix) + "), 'MEMORY') <> 'MEMORY'" +
 		" THEN 'the marker " + strings.ReplaceAll(name, "'", "") + sqllock.LiveSuffix + " is not a MEMORY table: a restart of the server would not empty it'" +
 		" ELSE '' END")}
@@ -319,24 +330,28 @@ const leaseRestoreSQL = "/* lease */ " + restoreSQL
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if s == sqllock.ForUpdate {
-		// The row is locked, then the token taken from the counter (an
-		// AUTO_INCREMENT value, never given out again while the server
-		// runs, even when its INSERT is rolled back) while the marker
-		// names this server (Recover; else the token is 0), and the
-		// holder recorded in the holder table (holdTable) for Inspect to
-		// read dirty. The row the waiters queue on is locked, never
-		// written: a holder's write of it cost every grant its undo and a
-		// handoff the waiters' re-read of a changed row. The release rolls
-		// it all back: nothing is committed, nothing flushed. Each INSERT
-		// runs only when the statement before it found (ROW_COUNT() is
-		// the previous statement's: a SELECT … INTO's is the rows it
-		// found), and the script is answered from the OK packets (runOK):
-		// the SELECT's row count says whether the name has a row, the
-		// counter's INSERT's id is the token.
-		nowait := ""
-		if r.NoWait {
-			nowait = " NOWAIT"
-		}
+		// One statement locks the row, takes the token and records the
+		// holder: an INSERT into the grant table (grantTable) of the row
+		// it selects FOR UPDATE, while the marker names this server
+		// (Recover). Its AUTO_INCREMENT id is the token (never given out
+		// again while the server runs, though the release rolls the row
+		// back), its other columns what Inspect reads dirty. A waiter
+		// woken by the holder's release has nothing left to run but the
+		// rest of that statement: each statement after the wake cost a
+		// handoff 60-160 µs (a waiter's lock, token and holder in three
+		// statements: 384 µs from the holder's ROLLBACK to the waiter's
+		// reply; in this one: 223 µs; the bare SELECT … FOR UPDATE: 221 µs,
+		// probed alternately on one server). InnoDB takes the counter's
+		// AUTO-INC lock at the row's insert, after the row lock's wait, so
+		// a waiter holds up no other name's grant. The row the waiters
+		// queue on is locked, never written: a holder's write of it cost
+		// every grant its undo and a handoff the waiters' re-read of a
+		// changed row. The release rolls it all back: nothing is
+		// committed, nothing flushed. The answer comes from the OK
+		// packets (runOK): the INSERT's id is the token; when it inserted
+		// nothing (the name has no row, or the marker is missing), the
+		// script's last statement, run on its own, tells which: it finds
+		// the row (a token of 0: Recover) or not (create it).
 		var create []sqllock.Stmt
 		if r.Create {
 			// A name this Locker has not seen: its row is created first
@@ -344,24 +359,44 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			// restore: session sets the timeouts next).
 			create = d.EnsureRow(t, r)[:3]
 		}
-		return append(create, session(r), sqllock.S("START TRANSACTION"),
-			sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE"+nowait, r.Name),
-			sqllock.S(tokenTag+"INSERT INTO "+t.Seq+" (id) SELECT NULL FROM DUAL WHERE ROW_COUNT() = 1 AND EXISTS (SELECT 1 FROM "+t.Live+" WHERE server = @@server_id)"),
-			sqllock.S("INSERT INTO "+holdTable(t)+" (id, name, owner, session) SELECT LAST_INSERT_ID(), ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1",
-				r.Name, r.Owner))
+		out := append(create, session(r), sqllock.S("START TRANSACTION"))
+		marker := "EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"
+		if r.NoWait {
+			// NOWAIT is the statement's: in the INSERT, it would refuse
+			// the counter's AUTO-INC lock too while another grant's
+			// INSERT holds it (Error 1467), so TryAcquire, which no
+			// release wakes, locks the row in a statement of its own.
+			return append(out,
+				sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE NOWAIT", r.Name),
+				sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1 AND "+marker,
+					r.Name, r.Owner))
+		}
+		return append(out,
+			sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, name, ?, CONNECTION_ID() FROM "+t.Q+
+				" WHERE name = ? AND "+marker+" FOR UPDATE", r.Owner, r.Name),
+			sqllock.S(elseTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name))
 	}
 	// getlock: the token is the name's row's fence, moved on by the
-	// holder's own autocommitted UPDATE (committed, as durably as any
+	// holder's own autocommitted write (committed, as durably as any
 	// commit, before the reply), so no counter, transaction or saved
-	// setting is needed: GET_LOCK, then (when granted) the session's idle
-	// limit and the row's write, then the token. Only the holder of
-	// GET_LOCK writes the row, so the UPDATE never waits; a name without a
-	// row yet gets one (INSERT IGNORE, once per name). The session's
+	// setting is needed. GET_LOCK is the condition of that write (an
+	// INSERT … SELECT … FROM DUAL WHERE GET_LOCK(…) = 1, evaluated once):
+	// a waiter woken by the release has nothing left to run but the rest
+	// of its statement (each statement after the wake cost a handoff
+	// ~100 µs: 389 µs from the holder's RELEASE_LOCK to the waiter's
+	// reply with GET_LOCK, the session's idle limit and the write in three
+	// statements, 191 µs in one, probed alternately on one server). Only
+	// the holder of GET_LOCK writes the row, so the write never waits; a
+	// name without a row yet gets one (the INSERT). The session's
 	// wait_timeout is saved once per connection (@dlock_wt) and changed
-	// only on a grant, so a refused attempt leaves nothing to undo.
-	// A SET evaluates all its values before it assigns any: GET_LOCK's
-	// result is read by the next statement. The INSERT's ROW_COUNT() is
-	// the UPDATE's.
+	// only on a grant (by SharedLock's setup, after the write: a session's
+	// first grant only), so a refused attempt leaves nothing to undo.
+	// While it waits, the statement holds the lock table's metadata lock
+	// (as a held forupdate lease does its table's): DDL on the table waits
+	// for the waiters. GET_LOCK in a write makes it unsafe for
+	// statement-based binary logging: with binlog_format=STATEMENT the
+	// server warns at each grant (MIXED, MariaDB's default, and ROW,
+	// MySQL's, log the row).
 	return d.SharedLock(t, r, true)
 }
 
@@ -377,21 +412,22 @@ func (dialect) CreatesRow() {}
 // holder from the row its grant writes, which names the lock).
 func (dialect) Dedicated(sqllock.Req) bool { return false }
 
-// SharedLock is getlock's Lock; the session's wait_timeout is changed
-// (on a grant) only with setup, once per session.
+// SharedLock is getlock's Lock (see Lock); the session's wait_timeout is
+// changed (on a grant) only with setup, once per session.
 func (dialect) SharedLock(t sqllock.Table, r sqllock.Req, setup bool) []sqllock.Stmt {
-	out := []sqllock.Stmt{sqllock.S("SET @dlock_g = GET_LOCK(?, ?)", lockKey(r.Name), getLockTimeout(r))}
-	if setup {
-		out = append(out, sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(@dlock_g = 1, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)))
-	}
-	// The row's write answers in its OK packet (lastIDTag): the token, the
+	// The write answers in its OK packet (lastIDTag): the token, the
 	// statement's last LAST_INSERT_ID(expr) (the update's, when the row
-	// exists; a new row's, else); no row when GET_LOCK refused and nothing was
-	// written.
-	return append(out, sqllock.S(lastIDTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session)"+
-		" SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE @dlock_g = 1"+
+	// exists; a new row's, else); no row when GET_LOCK refused and nothing
+	// was written.
+	out := []sqllock.Stmt{sqllock.S(lastIDTag+"INSERT INTO "+t.Q+" (name, fence, owner, acquired_at, session)"+
+		" SELECT ?, LAST_INSERT_ID("+clockMicros+"), ?, UTC_TIMESTAMP(6), CONNECTION_ID() FROM DUAL WHERE GET_LOCK(?, ?) = 1"+
 		" ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = CONNECTION_ID()",
-		r.Name, r.Owner, r.Owner))
+		r.Name, r.Owner, lockKey(r.Name), getLockTimeout(r), r.Owner)}
+	if setup {
+		// ROW_COUNT() is the write's: 0 when GET_LOCK refused.
+		out = append(out, sqllock.S("SET @dlock_wt = IFNULL(@dlock_wt, @@SESSION.wait_timeout), SESSION wait_timeout = IF(ROW_COUNT() > 0, ?, @@SESSION.wait_timeout)", waitTimeout(r.TTL)))
+	}
+	return out
 }
 
 // SharedUnlock frees r's GET_LOCK alone.
@@ -437,23 +473,32 @@ const nextFence = "GREATEST(fence + 1, " + clockMicros + ")"
 // lag behind (2^36 values: 19 hours of a million grants a second).
 const counterJump = 1 << 36
 
-// Recover moves the counter on by counterJump in a transaction of its own
-// (the counter's advance is committed with it, as durably as
-// innodb_flush_log_at_trx_commit makes every commit), and only then
-// records this server (@@server_id) in the marker, a MEMORY table, which
-// every restart of the server empties (a crash or not) and whose rows
-// name the server that wrote them (a replica promoted after a failover
-// has its own server_id, and a copy of its old primary's row at most).
-// Two recoveries at once move the counter on twice: harmless.
+// Recover moves both counters on (the grant table's, which numbers the
+// locks' grants, and <table>_fence, the semaphores') to counterJump past
+// the larger of them, in a transaction of its own (their advance is
+// committed with it, as durably as innodb_flush_log_at_trx_commit makes
+// every commit), and only then records this server (@@server_id) in the
+// marker, a MEMORY table, which every restart of the server empties (a
+// crash or not) and whose rows name the server that wrote them (a replica
+// promoted after a failover has its own server_id, and a copy of its old
+// primary's row at most). Past the larger: a grant table created next to
+// an older counter (Migrate clears the marker then) starts above every
+// token that counter gave out. Two recoveries at once move the counters
+// on twice: harmless.
 func (dialect) Recover(t sqllock.Table) []sqllock.Stmt {
+	g := grantTable(t)
 	return []sqllock.Stmt{
 		sqllock.S("SELECT COUNT(*) INTO @dlock_lv FROM " + t.Live + " WHERE server = @@server_id"),
 		sqllock.S("START TRANSACTION"),
 		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT NULL FROM DUAL WHERE @dlock_lv = 0"),
 		sqllock.S("SET @dlock_v = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
-		sqllock.S("SET @dlock_j = @dlock_v + " + strconv.FormatInt(counterJump, 10)), // a SET evaluates all its values before it assigns any
+		sqllock.S("INSERT INTO " + g + " (id, name) SELECT NULL, '' FROM DUAL WHERE @dlock_lv = 0"),
+		sqllock.S("SET @dlock_gv = IF(ROW_COUNT() = 1, LAST_INSERT_ID(), NULL)"),
+		sqllock.S("SET @dlock_j = GREATEST(@dlock_v, @dlock_gv) + " + strconv.FormatInt(counterJump, 10)), // NULL when either is
 		sqllock.S("INSERT INTO " + t.Seq + " (id) SELECT @dlock_j FROM DUAL WHERE @dlock_j IS NOT NULL"),
+		sqllock.S("INSERT INTO " + g + " (id, name) SELECT @dlock_j, '' FROM DUAL WHERE @dlock_j IS NOT NULL"),
 		sqllock.S("DELETE FROM " + t.Seq + " WHERE id IN (@dlock_v, @dlock_j)"),
+		sqllock.S("DELETE FROM " + g + " WHERE id IN (@dlock_gv, @dlock_j)"),
 		sqllock.S("COMMIT"),
 		// A user variable, not @@server_id, in the INSERT: a replica
 		// replaying the statement stores the primary's id, not its own.

@@ -62,7 +62,8 @@
 //     not a second later. The keep-alive (every
 //     TTL/3) pings the pinned connection. The token is taken inside the
 //     lease's open transaction (see Guarantees for what makes it survive
-//     a crash of the server), in the same round trip as the row lock. A
+//     a crash of the server), in the statement that locks the row: a
+//     waiter woken by a release has nothing left to run after its wait. A
 //     held lease pins one connection; a pool of one connection is
 //     enough. The first attempt at a name inserts its
 //     row; while another transaction holds an InnoDB gap lock around it (a
@@ -92,38 +93,45 @@
 // would start again), a token counter table not on InnoDB, and a marker
 // table (<table>_live) not on MEMORY.
 //
-// forupdate's token is a value of an AUTO_INCREMENT counter (table
-// <table>_fence, kept empty, created starting at the server's clock in
-// microseconds, so that a counter dropped and created again goes on above
-// the old one's tokens), which InnoDB never rolls back: a holder whose
-// transaction died with its connection cannot share its token with the
-// next holder. forupdate also records its token, owner and session in a
-// row of the table <table>_hold in its open transaction, where Inspect
-// reads them (it never writes the name's row, which the waiters queue
-// on); the release rolls it back. Its token's counter advance is never committed, so a
-// crash of the server can set the counter back below it: the MEMORY
-// table <table>_live is the marker of a server that has not restarted
-// since the counter was moved on (every restart of the server empties
-// it; its row names the server by @@server_id, so a replica promoted
-// after a failover does not take its old primary's row for its own). A
-// forupdate grant takes a token only while the marker names the server;
-// otherwise the acquire first moves the counter on by 2^36 in a
+// forupdate's token is a value of an AUTO_INCREMENT counter, which InnoDB
+// never gives out again while the server runs, though the release rolls
+// back the row that took it: a holder whose transaction died with its
+// connection cannot share its token with the next holder. A lock's grant
+// inserts a row into <table>_grant in its open transaction, in the
+// statement that locks the name's row: its id is the token, its other
+// columns the owner and session, which Inspect reads (the grant never
+// writes the name's row, which the waiters queue on). A semaphore's permit
+// takes its token from <table>_fence (kept empty). Both counters are
+// created starting at the server's clock in microseconds, so that a
+// counter dropped and created again goes on above the old one's tokens.
+// A token's counter advance is never committed, so a crash of the server
+// can set the counters back below it: the MEMORY table <table>_live is
+// the marker of a server that has not restarted since the counters were
+// moved on (every restart of the server empties it; its row names the
+// server by @@server_id, so a replica promoted after a failover does not
+// take its old primary's row for its own). A forupdate grant takes a
+// token only while the marker names the server; otherwise the acquire
+// first moves both counters on to 2^36 past the larger of them in a
 // transaction of its own (committed as durably as
 // innodb_flush_log_at_trx_commit makes a commit) and only then writes the
-// marker. Tokens thus strictly increase across crashes and restarts, as
-// long as the server gave out fewer than 2^36 values whose advance was
-// not in the redo log on disk at the crash (or on a promoted replica).
-// Clients of an earlier release of dlock, which made each forupdate
-// token durable with a commit of its own, must not share a forupdate
-// table with this one. version and getlock move the name's row's fence on in the
+// marker; a <table>_grant created next to an older <table>_fence clears
+// the marker, so its tokens start above the older counter's. Tokens thus
+// strictly increase across crashes and restarts, as long as the server
+// gave out fewer than 2^36 values whose advance was not in the redo log
+// on disk at the crash (or on a promoted replica). Clients of an earlier
+// version of dlock, which took forupdate lock tokens from <table>_fence
+// (and made each one durable with a commit of its own, or recorded their
+// holder in <table>_hold), must not share a forupdate table with this
+// one: stop them before this one uses the table. With migrate=false,
+// create <table>_grant as Migrate does (see dialect.go). version and getlock move the name's row's fence on in the
 // grant's own autocommitted statement, to the larger of the last token
 // plus one and the server's clock in microseconds, and return it only
 // once that statement has committed (as durably as
 // innodb_flush_log_at_trx_commit makes a commit): a token is never handed
 // out twice, a name's tokens strictly increase whatever the clock does,
 // and a row or table dropped and created again goes on above the old
-// tokens (unless the clock went back). getlock writes the row right after
-// GET_LOCK granted the lock, in the same round trip. Earlier releases of
+// tokens (unless the clock went back). getlock writes the row in the statement
+// whose GET_LOCK granted the lock. Earlier releases of
 // dlock took version and getlock tokens from the counter, whose values
 // can lie below the clock: stop every client of an earlier release on a
 // version or getlock table before a client of this one uses it, or a
@@ -142,7 +150,10 @@
 // # Sessions
 //
 // forupdate pins a pool connection per lease (the row lock lives in its
-// transaction). getlock leases share connections: one session holds the
+// transaction), so the server's max_connections, less its other
+// clients' connections, bounds the leases held at once: an Acquire beyond
+// fails at once with the server's refusal (Error 1040, wrapped), which
+// says so. getlock leases share connections: one session holds the
 // GET_LOCK locks of many leases, a lease frees only its own (RELEASE_LOCK
 // of its name, never RELEASE_ALL_LOCKS while another lease holds on the
 // session), two leases of one name on one Locker never stack on one
@@ -164,7 +175,7 @@
 // Locker.Inspect (dlock status) reports, on every strategy, whether the
 // lock is held, its holder's AcquireOptions.Owner and token, and the
 // sessions waiting for it (not on version, whose waiters poll). forupdate
-// reads the holder's uncommitted row of <table>_hold (READ UNCOMMITTED:
+// reads the holder's uncommitted row of <table>_grant (READ UNCOMMITTED:
 // its owner, token and session; the lock is held while it is there); its
 // waiters are the transactions its transaction blocks
 // (information_schema.INNODB_LOCK_WAITS on MariaDB, a snapshot the server
@@ -191,7 +202,8 @@
 //   - forupdate: a permit is a slot row locked FOR UPDATE SKIP LOCKED in a
 //     transaction kept open on a pinned connection, with the header row
 //     locked in share mode; it is freed with the connection, as a lock is.
-//     Its token is the counter's (<table>_fence), as a lock's.
+//     Its token is the counter's (<table>_fence), moved on with the
+//     locks' after a crash.
 //   - getlock: a permit is one of N GET_LOCK keys, "dlock#s" and 57 hex
 //     digits of a hash of (table, name, slot), which no lock's key can be
 //     (a lock name starting with "dlock#", in any case, is hashed to

@@ -43,12 +43,17 @@ const (
 // which would cost a result set (its column definitions, its row) on top
 // of the OK packets that the server sends anyway.
 const (
+	// lockTag: the statement's insert id, when it inserted a row, is the
+	// answer's one value. When it inserted none: after a statement tagged
+	// foundTag, the answer is a found row, the value 0; otherwise the
+	// script's last statement, tagged elseTag (a SELECT … INTO), is run
+	// on its own (it is not sent with the others) and answers: a found
+	// row, the value 0, when it affected one; no row when it did not.
+	lockTag = "/* dlock:lock */ "
+	elseTag = "/* dlock:else */ "
 	// foundTag: the statement (a SELECT … INTO) found a row when it
 	// affected one; the script answers no row when it did not.
 	foundTag = "/* dlock:found */ "
-	// tokenTag: the statement's insert id, when it inserted a row, is the
-	// answer's one value; 0 when it inserted none.
-	tokenTag = "/* dlock:token */ "
 	// execTag: the script answers nothing (no row); it is executed only.
 	execTag = "/* dlock:exec */ "
 	// lastIDTag: the answer is one row, (the statement's insert id: its
@@ -58,25 +63,29 @@ const (
 	lastIDTag = "/* dlock:lastid */ "
 )
 
-// runOK runs stmts on c when one of them is tagged with foundTag, tokenTag,
-// lastIDTag or execTag (handled), as one multi-statement when multi is set, and
-// scans the answer its tags define into dest.
+// runOK runs stmts on c when one of them is tagged with lockTag,
+// lastIDTag or execTag (handled), as one multi-statement when multi is
+// set, and scans the answer its tags define into dest.
 func runOK(ctx context.Context, c *sql.Conn, multi bool, stmts []sqllock.Stmt, dest []any) (handled, found bool, err error) {
-	fi, ti, li, exec := -1, -1, -1, false
+	fi, ki, li, exec := -1, -1, -1, false
 	for i, s := range stmts {
 		switch {
 		case strings.HasPrefix(s.SQL, foundTag):
 			fi = i
-		case strings.HasPrefix(s.SQL, tokenTag):
-			ti = i
+		case strings.HasPrefix(s.SQL, lockTag):
+			ki = i
 		case strings.HasPrefix(s.SQL, lastIDTag):
 			li = i
 		case strings.HasPrefix(s.SQL, execTag):
 			exec = true
 		}
 	}
-	if fi < 0 && ti < 0 && li < 0 && !exec {
+	if ki < 0 && li < 0 && !exec {
 		return false, false, nil
+	}
+	var orElse []sqllock.Stmt
+	if n := len(stmts) - 1; ki >= 0 && n > ki && strings.HasPrefix(stmts[n].SQL, elseTag) {
+		stmts, orElse = stmts[:n], stmts[n:]
 	}
 	rows, ids, err := execAll(ctx, c, multi, stmts)
 	switch {
@@ -86,16 +95,19 @@ func runOK(ctx context.Context, c *sql.Conn, multi bool, stmts []sqllock.Stmt, d
 		return true, false, nil
 	case li >= 0:
 		return true, true, assign(dest, ids[li])
-	case fi < 0 && ti < 0:
+	case ki < 0, fi >= 0 && rows[fi] == 0:
 		return true, false, nil
-	case fi >= 0 && rows[fi] == 0:
+	case rows[ki] == 1:
+		return true, true, assign(dest, ids[ki])
+	case fi >= 0:
+		return true, true, assign(dest, int64(0))
+	case orElse == nil:
 		return true, false, nil
 	}
-	var token int64
-	if ti >= 0 && rows[ti] == 1 {
-		token = ids[ti]
+	if rows, _, err = execAll(ctx, c, multi, orElse); err != nil || rows[0] == 0 {
+		return true, false, err
 	}
-	return true, true, assign(dest, token)
+	return true, true, assign(dest, int64(0))
 }
 
 // execAll executes stmts and returns each one's affected rows and insert

@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
@@ -82,21 +85,38 @@ func TestForUpdateLeavesTheRowUnwritten(t *testing.T) {
 	}
 }
 
-// TestForUpdateAddsTheHolderTable: a lock table made by a dlock from
-// before the holder table gets one when a Locker opens it (the migration
-// only adds a table), and its locks are granted and inspected as usual.
-func TestForUpdateAddsTheHolderTable(t *testing.T) {
-	ctx, db, u := tableTest(t, "forupdate", "before_hold")
-	sqltest.Open(t, ctx, u).Close()
-	if _, err := db.ExecContext(ctx, "DROP TABLE before_hold_hold"); err != nil {
+// TestForUpdateAddsTheGrantTable: a lock table made by a dlock from
+// before the grant table gets one when a Locker opens it (the migration
+// only adds a table), its locks are granted and inspected as usual, and
+// their tokens go on above every token the older counter gave out, even
+// one far ahead of the clock (its recoveries' jumps).
+func TestForUpdateAddsTheGrantTable(t *testing.T) {
+	ctx, db, u := tableTest(t, "forupdate", "before_grant")
+	l := sqltest.Open(t, ctx, u)
+	ls, err := l.TryAcquire(ctx, "n", &dlock.AcquireOptions{NoKeepAlive: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	l := sqltest.Open(t, ctx, u)
-	ls, err := l.TryAcquire(ctx, "n", &dlock.AcquireOptions{Owner: "after/1", NoKeepAlive: true})
+	ahead := ls.Token() + 1<<40 // an older counter's tokens, past the clock's and one jump
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := db.ExecContext(ctx, "DROP TABLE before_grant_grant"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO before_grant_fence (id) VALUES (?); DELETE FROM before_grant_fence", ahead); err != nil {
+		t.Fatal(err)
+	}
+	l = sqltest.Open(t, ctx, u)
+	ls, err = l.TryAcquire(ctx, "n", &dlock.AcquireOptions{Owner: "after/1", NoKeepAlive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ls.Release(ctx)
+	if ls.Token() <= ahead {
+		t.Errorf("token %d after the older counter's %d", ls.Token(), ahead)
+	}
 	if info, err := l.Inspect(ctx, "n"); err != nil || !info.Held || info.Owner != "after/1" || info.Fence != ls.Token() {
 		t.Errorf("inspect: %+v, %v; want held by %q with fence %d", info, err, "after/1", ls.Token())
 	}
@@ -162,5 +182,77 @@ func TestForUpdateRowCreatedInTheLock(t *testing.T) {
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM created WHERE name = 'c'").Scan(&n); err != nil || n != 1 {
 		t.Errorf("the row after the grant: %d rows, %v; want 1", n, err)
+	}
+}
+
+// TestForUpdateConnectionLimit: each held forupdate lease keeps a
+// connection of its own, so a Locker holding as many as the server's
+// max_connections allows gets no more: its Acquire fails at once with the
+// server's refusal (ER_CON_COUNT_ERROR, wrapped), saying why, and the
+// leases it holds stay held.
+func TestForUpdateConnectionLimit(t *testing.T) {
+	srv := testenv.NewMySQL(t, &testenv.MySQLOptions{Args: []string{"--max-connections=4"}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate"))
+	var held []*dlock.Lease
+	defer func() {
+		for _, ls := range held {
+			ls.Release(ctx)
+		}
+	}()
+	var err error
+	for i := 0; i < 20; i++ {
+		var ls *dlock.Lease
+		if ls, err = l.Acquire(ctx, fmt.Sprint("limit-", i), &dlock.AcquireOptions{NoKeepAlive: true}); err != nil {
+			break
+		}
+		held = append(held, ls)
+	}
+	var me *gomysql.MySQLError
+	if err == nil || !errors.As(err, &me) || me.Number != 1040 || !strings.Contains(err.Error(), "max_connections") || ctx.Err() != nil {
+		t.Fatalf("%d leases held, then %v; want the server's refusal (1040) that names max_connections", len(held), err)
+	}
+	t.Logf("%d leases held, then: %v", len(held), err)
+	for _, ls := range held {
+		if ls.Err() != nil {
+			t.Errorf("a held lease ended: %v", ls.Err())
+		}
+	}
+}
+
+// TestForUpdateWaitingGrantFallsBack: a blocking Acquire's grant is one
+// statement, which takes no token when the server's marker is missing
+// and finds no row when the name's row was deleted; its fallback tells
+// the two apart: it moves the counter on (the token jumps), or creates
+// the row, and grants with a larger token either way.
+func TestForUpdateWaitingGrantFallsBack(t *testing.T) {
+	ctx, db, u := tableTest(t, "forupdate", "fallback")
+	l := sqltest.Open(t, ctx, u)
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	take := func(step string) uint64 {
+		t.Helper()
+		ls, err := l.Acquire(ctx, "f", opts)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return ls.Token()
+	}
+	first := take("first")
+	if _, err := db.ExecContext(ctx, "DELETE FROM fallback_live"); err != nil {
+		t.Fatal(err)
+	}
+	recovered := take("marker missing")
+	if recovered < first+1<<36 {
+		t.Errorf("marker missing: token %d after %d, want the counter moved on by 2^36", recovered, first)
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM fallback WHERE name = 'f'"); err != nil {
+		t.Fatal(err)
+	}
+	if again := take("row deleted"); again <= recovered {
+		t.Errorf("row deleted: token %d after %d", again, recovered)
 	}
 }

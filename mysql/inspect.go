@@ -8,15 +8,14 @@ import (
 
 // Inspect reads a lock's state without taking it (sqllock.Dialect):
 //
-//   - forupdate: the holder's grant is an uncommitted row of the holder
+//   - forupdate: the holder's grant is an uncommitted row of the grant
 //     table (its token, owner and session), read dirty (READ
 //     UNCOMMITTED): the lock is held while it is there (a release or a
 //     lost holder's rollback undoes it). A holder of a dlock before the
-//     holder table wrote the lock's row instead, and is found there as
-//     it used to be: held while the row's dirty fence differs from the
-//     committed one. A free lock's fence is unknown: grants commit
-//     nothing. Waiters
-//     are the transactions blocked by the holder's (MariaDB:
+//     holder and grant tables wrote the lock's row instead, and is found
+//     there as it used to be: held while the row's dirty fence differs
+//     from the committed one. A free lock's fence is unknown: grants
+//     commit nothing. Waiters are the transactions blocked by the holder's (MariaDB:
 //     information_schema.INNODB_LOCK_WAITS; MySQL 8:
 //     performance_schema.data_lock_waits, unknown when it is off).
 //   - getlock: IS_USED_LOCK names the holder's connection; the row its
@@ -40,8 +39,8 @@ func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 	}
 	switch s {
 	case sqllock.ForUpdate:
-		// The holder's row in the holder table, read dirty, else (a
-		// holder of a version of dlock before the holder table) its
+		// The holder's row in the grant table, read dirty, else (a
+		// holder of a dlock before the holder and grant tables) its
 		// uncommitted update of the lock's row: held while that fence
 		// differs from the committed one. A SET evaluates all its values
 		// before it assigns any.
@@ -49,7 +48,7 @@ func (dialect) Inspect(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sql
 		blocked := " WHERE x.trx_mysql_thread_id = @dlock_is AND " + held
 		out := []sqllock.Stmt{reset,
 			sqllock.S("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"),
-			sqllock.S("SELECT id, owner, session INTO @dlock_hf, @dlock_ho, @dlock_hs FROM "+holdTable(t)+" WHERE name = ? ORDER BY id DESC LIMIT 1", r.Name),
+			sqllock.S("SELECT id, owner, session INTO @dlock_hf, @dlock_ho, @dlock_hs FROM "+grantTable(t)+" WHERE name = ? ORDER BY id DESC LIMIT 1", r.Name),
 			sqllock.S("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"),
 			sqllock.S("SELECT fence, owner, session INTO @dlock_if, @dlock_io, @dlock_is FROM "+t.Q+" WHERE name = ?", r.Name),
 			sqllock.S("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
