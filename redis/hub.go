@@ -49,6 +49,10 @@ type hub struct {
 	open func(key string) (ps *goredis.PubSub, sharded bool)
 	// unregister removes this Locker from a name's waiter queue.
 	unregister func(ctx context.Context, k keys, id string)
+	// pass, if set, passes on a wake-up that reached this Locker when no
+	// waiter of the name was left (Redlock: a release wakes one Locker).
+	// It runs in the background, once per release message (payload).
+	pass func(ctx context.Context, k keys, payload string)
 	// id names this Locker in waiter queues and wake-up channels; idArg
 	// is id boxed, as acquire.lua's argument.
 	id    string
@@ -111,12 +115,13 @@ type sub struct {
 }
 
 func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool),
-	unregister func(context.Context, keys, string)) *hub {
+	unregister func(context.Context, keys, string), pass func(context.Context, keys, string)) *hub {
 	id := rand.Text()[:16]
 	return &hub{
 		route:      route,
 		open:       open,
 		unregister: unregister,
+		pass:       pass,
 		id:         id,
 		idArg:      id,
 		closing:    make(chan struct{}),
@@ -443,6 +448,18 @@ func (h *hub) deliver(channel, payload string) {
 		return
 	}
 	s.last = payload
+	if len(s.waiters) == 0 && h.pass != nil && payload != "" && !h.closed {
+		// Woken with nobody left to try: the release woke this Locker
+		// instead of another that waits.
+		h.tasks.Add(1)
+		go func() {
+			defer h.tasks.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			h.pass(ctx, s.k, payload)
+		}()
+		return
+	}
 	s.wakeLocked()
 }
 

@@ -82,16 +82,32 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 			return nodes[i].Subscribe(context.Background()), false
 		},
 		func(ctx context.Context, k keys, id string) {
-			done := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
-				return outcome{err: c.ZRem(ctx, k.queue, id).Err()}
-			})
-			for range nodes {
-				<-done
-			}
+			r.everyNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error { return c.ZRem(ctx, k.queue, id).Err() })
 		},
+		r.pass,
 	)
 	r.names = newNameCache(prefix, r.hub.id)
 	return r
+}
+
+// pass passes a release's wake-up, which reached this Locker when none of
+// its waiters of the name was left, on to the next registered Locker on
+// every node where the lock is still free (pass.lua).
+func (r *redlock) pass(ctx context.Context, k keys, payload string) {
+	var list [passArgc]any
+	args := append(passScript.args(list[:0], "2"), k.lock, k.queue, "PUBLISH", payload, k.channel)
+	r.everyNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error { return passScript.run(ctx, c, args).Err() })
+}
+
+// everyNode runs a clean-up's op on every node in parallel, each call
+// bounded by cleanupTimeout, and returns once every node has answered.
+func (r *redlock) everyNode(ctx context.Context, op func(ctx context.Context, c goredis.UniversalClient) error) {
+	done := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
+		return outcome{err: op(ctx, c)}
+	})
+	for range r.nodes {
+		<-done
+	}
 }
 
 func (r *redlock) Capabilities() driver.Capabilities {
