@@ -204,33 +204,13 @@ func TestWatchWakes(t *testing.T) {
 // waiters; a release wakes the one registered longest ago (not every
 // waiter); a Locker whose last waiter leaves drops out of the queue.
 func TestWaiterQueue(t *testing.T) {
-	forEach(t, func(t *testing.T, tg *target) {
-		if !tg.redlock {
-			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
-		}
-		ctx := testCtx(t)
-		name := uniqueName(t)
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
 		k := keysFor(DefaultPrefix, name)
-		held, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var ids []string
 		var stops []func()
 		for range 3 {
-			w, err := openURL(ctx, tg.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			_, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
-			if err != nil {
-				t.Fatal(err)
-			}
+			w, _, stop := registeredWatcher(t, ctx, tg, name)
 			stops = append(stops, stop)
-			if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
-				t.Fatal(err)
-			}
 			ids = append(ids, hubOf(w).id)
 			time.Sleep(5 * time.Millisecond) // distinct registration times
 		}
@@ -282,36 +262,12 @@ func TestWaiterQueue(t *testing.T) {
 // next registered Locker, whose waiter would otherwise wait for its
 // fallback timer. It fails without pass.lua: B is never woken.
 func TestWakePassedOn(t *testing.T) {
-	forEach(t, func(t *testing.T, tg *target) {
-		if !tg.redlock {
-			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
-		}
-		ctx := testCtx(t)
-		name := uniqueName(t)
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
 		k := keysFor(DefaultPrefix, name)
-		held, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		watcher := func() (driver.Locker, <-chan struct{}, func()) {
-			w, err := openURL(ctx, tg.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { w.Close() })
-			wake, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
-				t.Fatal(err)
-			}
-			return w, wake, stop
-		}
 		// A's waiter leaves; its Locker stays subscribed (linger) and
 		// leaves the queue. Its registration is then put back on every
 		// node, oldest of all: it outlived its waiter.
-		a, _, stopA := watcher()
+		a, _, stopA := registeredWatcher(t, ctx, tg, name)
 		stopA()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			n := int64(0)
@@ -335,7 +291,7 @@ func TestWakePassedOn(t *testing.T) {
 			}
 		}
 		time.Sleep(5 * time.Millisecond) // a later registration time
-		_, wakeB, stopB := watcher()
+		_, wakeB, stopB := registeredWatcher(t, ctx, tg, name)
 		defer stopB()
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -346,6 +302,43 @@ func TestWakePassedOn(t *testing.T) {
 			t.Fatal("the release's wake-up, which reached A's Locker without a waiter, was not passed on to B")
 		}
 	})
+}
+
+// forEachRedlockHeld runs f on each Redlock target with a name held by
+// another Locker.
+func forEachRedlockHeld(t *testing.T, f func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease)) {
+	forEach(t, func(t *testing.T, tg *target) {
+		if !tg.redlock {
+			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
+		}
+		ctx := testCtx(t)
+		name := uniqueName(t)
+		held, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, tg, ctx, name, held)
+	})
+}
+
+// registeredWatcher opens a driver that watches name, held by another
+// Locker, and makes it register as a waiter by a failed attempt; it
+// returns the driver, its wake-up channel and the watch's stop.
+func registeredWatcher(t *testing.T, ctx context.Context, tg *target, name string) (driver.Locker, <-chan struct{}, func()) {
+	t.Helper()
+	w, err := openURL(ctx, tg.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	wake, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	return w, wake, stop
 }
 
 func hubOf(d driver.Locker) *hub { return d.(*redlock).hub }
