@@ -194,9 +194,13 @@
 // <prefix>{<name>}:rel:<locker id> (one, not more: a second woken Locker
 // would only race the first for the nodes' votes); a woken waiter that
 // loses the race registers again, at the back, and a woken Locker whose
-// waiters all left passes the wake-up on to the next registered one. So
-// a release costs one attempt, not one per waiter, and waiters are served
-// roughly in turn (not strictly: a newcomer may take a free lock first). Each Locker has one
+// waiters all left passes the wake-up on to the next registered one. A
+// waiter tries once a quorum of the nodes has sent the release's message
+// (the release has run there; woken by the first node, it would be
+// refused by the others), or 5ms after the first when fewer do (their
+// queues disagree). So a release costs one attempt, not one per waiter,
+// and waiters are served roughly in turn (not strictly: a newcomer may
+// take a free lock first). Each Locker has one
 // subscription connection (one per master with sharded pub/sub in a
 // Cluster, one per node for Redlock) that multiplexes the channels of
 // every name it waits on (in a Cluster, one per watched slot: go-redis

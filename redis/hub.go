@@ -53,6 +53,13 @@ type hub struct {
 	// waiter of the name was left (Redlock: a release wakes one Locker).
 	// It runs in the background, once per release message (payload).
 	pass func(ctx context.Context, k keys, payload string)
+	// quorum is how many shards' messages of one release (one payload)
+	// wake the waiters: Redlock's quorum of nodes, 1 otherwise. A waiter
+	// woken by the first node's message would try before the release ran
+	// on a quorum of nodes, be refused, and miss the later nodes' wake-ups
+	// (the same release's). Woken by fewer (the nodes' queues disagree,
+	// or a node is down), the waiters try after minorityWake.
+	quorum int
 	// id names this Locker in waiter queues and wake-up channels; idArg
 	// is id boxed, as acquire.lua's argument.
 	id    string
@@ -112,7 +119,15 @@ type sub struct {
 	confirmed  map[*shard]bool
 	idleSince  time.Time // when the last waiter left
 	last       string    // last payload, to drop Redlock's duplicates
+	seen       int       // shards whose message of last arrived
+	late       *time.Timer
+	lateFor    string // the payload late wakes the waiters for
 }
+
+// minorityWake is how long after the first message of a release a waiter
+// that fewer than a quorum of Redlock nodes woke tries anyway (a variable
+// for a test).
+var minorityWake = 5 * time.Millisecond
 
 func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool),
 	unregister func(context.Context, keys, string), pass func(context.Context, keys, string)) *hub {
@@ -124,6 +139,7 @@ func newHub(route func(context.Context, string) ([]string, error), open func(str
 		pass:       pass,
 		id:         id,
 		idArg:      id,
+		quorum:     1,
 		closing:    make(chan struct{}),
 		subs:       make(map[string]*sub),
 		shards:     make(map[string]*shard),
@@ -444,10 +460,17 @@ func (h *hub) deliver(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.subs[channel]
-	if s == nil || (payload != "" && payload == s.last) {
+	if s == nil {
 		return
 	}
-	s.last = payload
+	if payload != "" && payload == s.last {
+		// Another node's message of the same release.
+		if s.seen++; s.seen == h.quorum {
+			s.wakeLocked()
+		}
+		return
+	}
+	s.last, s.seen = payload, 1
 	if len(s.waiters) == 0 && h.pass != nil && payload != "" && !h.closed {
 		// Woken with nobody left to try: the release woke this Locker
 		// instead of another that waits.
@@ -460,7 +483,26 @@ func (h *hub) deliver(channel, payload string) {
 		}()
 		return
 	}
-	s.wakeLocked()
+	if h.quorum <= 1 || payload == "" {
+		s.wakeLocked()
+		return
+	}
+	s.lateFor = payload
+	if s.late == nil {
+		s.late = time.AfterFunc(minorityWake, func() { h.wakeMinority(s) })
+	} else {
+		s.late.Reset(minorityWake)
+	}
+}
+
+// wakeMinority wakes the waiters of s when fewer than a quorum of nodes
+// sent the release's message within minorityWake of the first.
+func (h *hub) wakeMinority(s *sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.last == s.lateFor && s.seen < h.quorum {
+		s.wakeLocked()
+	}
 }
 
 func (s *sub) wakeLocked() {
@@ -525,6 +567,9 @@ func (h *hub) sweep() {
 	for ch, s := range h.subs {
 		if len(s.waiters) == 0 && (idle > maxIdle || now.Sub(s.idleSince) > linger) {
 			delete(h.subs, ch)
+			if s.late != nil {
+				s.late.Stop()
+			}
 			for _, sh := range s.shards {
 				sh.channels--
 				if sh.channels > 0 {

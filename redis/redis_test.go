@@ -304,6 +304,74 @@ func TestWakePassedOn(t *testing.T) {
 	})
 }
 
+// TestWakeAtQuorum (Redlock): a release's message from one node does not
+// wake a waiter; the same release's message from a quorum of nodes does.
+// Woken by the first node, a waiter would try before the release ran on
+// the others, be refused, and drop their messages as duplicates (it then
+// waited for its fallback timer, the lock free). It fails without the
+// quorum: the first message wakes.
+func TestWakeAtQuorum(t *testing.T) {
+	defer func(d time.Duration) { minorityWake = d }(minorityWake)
+	minorityWake = time.Hour // a minority never wakes within the test
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
+		w, wake, stop := registeredWatcher(t, ctx, tg, name)
+		defer stop()
+		h := hubOf(w)
+		channel := keysFor(DefaultPrefix, name).channel + ":" + h.id
+		payload := "release-" + rand.Text()
+		quorum := len(tg.raw)/2 + 1
+		for i := range quorum {
+			if err := tg.raw[i].Publish(ctx, channel, payload).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Wait until the hub has read the message.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				h.mu.Lock()
+				s := h.subs[channel]
+				seen := s != nil && s.last == payload && s.seen == i+1
+				h.mu.Unlock()
+				if seen {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("message %d of the release not read", i+1)
+				}
+			}
+			select {
+			case <-wake:
+				if i+1 < quorum {
+					t.Fatalf("woken by %d of %d nodes' messages, fewer than a quorum", i+1, len(tg.raw))
+				}
+			default:
+				if i+1 == quorum {
+					t.Fatalf("not woken by a quorum (%d) of the release's messages", quorum)
+				}
+			}
+		}
+	})
+}
+
+// TestWakeMinorityLate (Redlock): a release's message from fewer than a
+// quorum of nodes (their queues disagree, or the others are down) wakes
+// the waiter after minorityWake. It fails without that timer.
+func TestWakeMinorityLate(t *testing.T) {
+	defer func(d time.Duration) { minorityWake = d }(minorityWake)
+	minorityWake = 10 * time.Millisecond
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
+		w, wake, stop := registeredWatcher(t, ctx, tg, name)
+		defer stop()
+		channel := keysFor(DefaultPrefix, name).channel + ":" + hubOf(w).id
+		if err := tg.raw[0].Publish(ctx, channel, "release-"+rand.Text()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wake:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a release's message from a minority of the nodes woke nobody")
+		}
+	})
+}
+
 // forEachRedlockHeld runs f on each Redlock target with a name held by
 // another Locker.
 func forEachRedlockHeld(t *testing.T, f func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease)) {

@@ -86,6 +86,7 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 		},
 		r.pass,
 	)
+	r.hub.quorum = r.quorum
 	r.names = newNameCache(prefix, r.hub.id)
 	return r
 }
