@@ -488,11 +488,17 @@ func (h *hub) deliver(channel, payload string) {
 		return
 	}
 	s.lateFor = payload
-	if s.late == nil {
-		s.late = time.AfterFunc(minorityWake, func() { h.wakeMinority(s) })
-	} else {
-		s.late.Reset(minorityWake)
+	rearm(&s.late, minorityWake, func() { h.wakeMinority(s) })
+}
+
+// rearm arms *t to run f after d: the timer is made at its first use and
+// reset after (f is the first use's).
+func rearm(t **time.Timer, d time.Duration, f func()) {
+	if *t == nil {
+		*t = time.AfterFunc(d, f)
+		return
 	}
+	(*t).Reset(d)
 }
 
 // wakeMinority wakes the waiters of s when fewer than a quorum of nodes
