@@ -189,12 +189,18 @@
 // once. An attempt that fails while its Locker has waiters on the name registers
 // the Locker in the name's waiter queue, <prefix>{<name>}:q (a sorted set
 // whose entries last 3s unless renewed by the next failed attempt; a
-// Locker whose last waiter leaves removes itself). A release pops the two
-// Lockers registered longest ago and publishes to their own channels,
-// <prefix>{<name>}:rel:<locker id>; a woken waiter that loses the race
-// registers again, at the back. So a release costs one or two attempts,
-// not one per waiter, and waiters are served roughly in turn (not
-// strictly: a newcomer may take a free lock first). Each Locker has one
+// Locker whose last waiter leaves removes itself). A release pops the
+// Locker registered longest ago and publishes to its own channel,
+// <prefix>{<name>}:rel:<locker id> (one, not more: a second woken Locker
+// would only race the first for the nodes' votes); a woken waiter that
+// loses the race registers again, at the back, and a woken Locker whose
+// waiters all left passes the wake-up on to the next registered one. A
+// waiter tries once a quorum of the nodes has sent the release's message
+// (the release has run there; woken by the first node, it would be
+// refused by the others), or 5ms after the first when fewer do (their
+// queues disagree). So a release costs one attempt, not one per waiter,
+// and waiters are served roughly in turn (not strictly: a newcomer may
+// take a free lock first). Each Locker has one
 // subscription connection (one per master with sharded pub/sub in a
 // Cluster, one per node for Redlock) that multiplexes the channels of
 // every name it waits on (in a Cluster, one per watched slot: go-redis
@@ -204,8 +210,9 @@
 // SUBSCRIBE commands are sent by a goroutine per connection, never while
 // a caller waits on a lock. A channel stays subscribed for 30s after
 // its last waiter left, so that the next wait on the name costs no
-// SUBSCRIBE. A wake-up lost to a broken connection or to a registration
-// whose waiters just left is made up for by the portable layer's fallback
+// SUBSCRIBE. A wake-up lost to a broken connection, to a crashed
+// Locker's registration or to a woken waiter's failed attempt (split
+// votes, a slow node) is made up for by the portable layer's fallback
 // timer (at most 1s), and every waiter is woken when a subscription
 // connection is re-established.
 //

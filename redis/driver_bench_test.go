@@ -101,6 +101,19 @@ func BenchmarkDriverCluster(b *testing.B) {
 	}
 }
 
+// BenchmarkDriverRedlock is BenchmarkDriver on Redlock over 3 nodes: a
+// TryAcquire and a Release each ask every node at once.
+func BenchmarkDriverRedlock(b *testing.B) {
+	tg := redlockTarget(b, 3)
+	for _, fresh := range []bool{false, true} {
+		b.Run(map[bool]string{false: "same-name", true: "fresh-name"}[fresh], func(b *testing.B) {
+			cycle, closeFn := driverCycleAt(b, tg.url, false)
+			defer closeFn()
+			runCycles(b, cycle, fresh)
+		})
+	}
+}
+
 func benchDriver(b *testing.B, fresh, blocking bool) {
 	cycle, _, closeFn := driverCycleOf(b, blocking)
 	defer closeFn()

@@ -130,11 +130,7 @@ func (h *grantHub) remove(w *grantWaiter) {
 	sh := w.sh
 	sh.waiters--
 	if sh.waiters == 0 && !h.closed {
-		if sh.idle == nil {
-			sh.idle = time.AfterFunc(linger, func() { h.drop(sh) })
-		} else {
-			sh.idle.Reset(linger)
-		}
+		rearm(&sh.idle, linger, func() { h.drop(sh) })
 	}
 }
 

@@ -49,6 +49,17 @@ type hub struct {
 	open func(key string) (ps *goredis.PubSub, sharded bool)
 	// unregister removes this Locker from a name's waiter queue.
 	unregister func(ctx context.Context, k keys, id string)
+	// pass, if set, passes on a wake-up that reached this Locker when no
+	// waiter of the name was left (Redlock: a release wakes one Locker).
+	// It runs in the background, once per release message (payload).
+	pass func(ctx context.Context, k keys, payload string)
+	// quorum is how many shards' messages of one release (one payload)
+	// wake the waiters: Redlock's quorum of nodes, 1 otherwise. A waiter
+	// woken by the first node's message would try before the release ran
+	// on a quorum of nodes, be refused, and miss the later nodes' wake-ups
+	// (the same release's). Woken by fewer (the nodes' queues disagree,
+	// or a node is down), the waiters try after minorityWake.
+	quorum int
 	// id names this Locker in waiter queues and wake-up channels; idArg
 	// is id boxed, as acquire.lua's argument.
 	id    string
@@ -108,17 +119,27 @@ type sub struct {
 	confirmed  map[*shard]bool
 	idleSince  time.Time // when the last waiter left
 	last       string    // last payload, to drop Redlock's duplicates
+	seen       int       // shards whose message of last arrived
+	late       *time.Timer
+	lateFor    string // the payload late wakes the waiters for
 }
 
+// minorityWake is how long after the first message of a release a waiter
+// that fewer than a quorum of Redlock nodes woke tries anyway (a variable
+// for a test).
+var minorityWake = 5 * time.Millisecond
+
 func newHub(route func(context.Context, string) ([]string, error), open func(string) (*goredis.PubSub, bool),
-	unregister func(context.Context, keys, string)) *hub {
+	unregister func(context.Context, keys, string), pass func(context.Context, keys, string)) *hub {
 	id := rand.Text()[:16]
 	return &hub{
 		route:      route,
 		open:       open,
 		unregister: unregister,
+		pass:       pass,
 		id:         id,
 		idArg:      id,
+		quorum:     1,
 		closing:    make(chan struct{}),
 		subs:       make(map[string]*sub),
 		shards:     make(map[string]*shard),
@@ -439,11 +460,55 @@ func (h *hub) deliver(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.subs[channel]
-	if s == nil || (payload != "" && payload == s.last) {
+	if s == nil {
 		return
 	}
-	s.last = payload
-	s.wakeLocked()
+	if payload != "" && payload == s.last {
+		// Another node's message of the same release.
+		if s.seen++; s.seen == h.quorum {
+			s.wakeLocked()
+		}
+		return
+	}
+	s.last, s.seen = payload, 1
+	if len(s.waiters) == 0 && h.pass != nil && payload != "" && !h.closed {
+		// Woken with nobody left to try: the release woke this Locker
+		// instead of another that waits.
+		h.tasks.Add(1)
+		go func() {
+			defer h.tasks.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			h.pass(ctx, s.k, payload)
+		}()
+		return
+	}
+	if h.quorum <= 1 || payload == "" {
+		s.wakeLocked()
+		return
+	}
+	s.lateFor = payload
+	rearm(&s.late, minorityWake, func() { h.wakeMinority(s) })
+}
+
+// rearm arms *t to run f after d: the timer is made at its first use and
+// reset after (f is the first use's).
+func rearm(t **time.Timer, d time.Duration, f func()) {
+	if *t == nil {
+		*t = time.AfterFunc(d, f)
+		return
+	}
+	(*t).Reset(d)
+}
+
+// wakeMinority wakes the waiters of s when fewer than a quorum of nodes
+// sent the release's message within minorityWake of the first.
+func (h *hub) wakeMinority(s *sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.last == s.lateFor && s.seen < h.quorum {
+		s.wakeLocked()
+	}
 }
 
 func (s *sub) wakeLocked() {
@@ -508,6 +573,9 @@ func (h *hub) sweep() {
 	for ch, s := range h.subs {
 		if len(s.waiters) == 0 && (idle > maxIdle || now.Sub(s.idleSince) > linger) {
 			delete(h.subs, ch)
+			if s.late != nil {
+				s.late.Stop()
+			}
 			for _, sh := range s.shards {
 				sh.channels--
 				if sh.channels > 0 {

@@ -126,11 +126,14 @@ func (l *locker) checkLock(ctx context.Context, k keys) error {
 // before the attempt (not alongside it) because a grant does not wait for
 // the nodes outside its quorum.
 func (r *redlock) checkNodes(ctx context.Context, timeout time.Duration) error {
-	out := make(chan error, len(r.nodes))
+	var out chan error // made when a node is due: most attempts ask none
 	asked := 0
 	for _, c := range r.nodes {
 		if !r.gate.due(c) {
 			continue
+		}
+		if out == nil {
+			out = make(chan error, len(r.nodes))
 		}
 		asked++
 		go func() {

@@ -557,7 +557,7 @@ func handoverArgs(dst []any, s *script, n *names, value, pubCmd any) []any {
 // publish command, or "" not to wake anyone; the grant's value is the
 // message.
 func releaseArgs(dst []any, n *names, value, pubCmd any) []any {
-	return append(releaseScript.args(dst, "2"), n.lockArg, n.queueArg, value, pubCmd, value, n.chanArg, wakeCountArg)
+	return append(releaseScript.args(dst, "2"), n.lockArg, n.queueArg, value, pubCmd, value, n.chanArg, redlockWakeArg)
 }
 
 // releaseOn runs release.lua on one client with the list of releaseArgs

@@ -201,36 +201,16 @@ func TestWatchWakes(t *testing.T) {
 }
 
 // TestWaiterQueue (Redlock): a failed attempt registers its Locker while it has
-// waiters; a release wakes the two registered longest ago (not every
+// waiters; a release wakes the one registered longest ago (not every
 // waiter); a Locker whose last waiter leaves drops out of the queue.
 func TestWaiterQueue(t *testing.T) {
-	forEach(t, func(t *testing.T, tg *target) {
-		if !tg.redlock {
-			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
-		}
-		ctx := testCtx(t)
-		name := uniqueName(t)
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
 		k := keysFor(DefaultPrefix, name)
-		held, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var ids []string
 		var stops []func()
 		for range 3 {
-			w, err := openURL(ctx, tg.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			_, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
-			if err != nil {
-				t.Fatal(err)
-			}
+			w, _, stop := registeredWatcher(t, ctx, tg, name)
 			stops = append(stops, stop)
-			if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
-				t.Fatal(err)
-			}
 			ids = append(ids, hubOf(w).id)
 			time.Sleep(5 * time.Millisecond) // distinct registration times
 		}
@@ -258,9 +238,10 @@ func TestWaiterQueue(t *testing.T) {
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if ok, views := queueIs(ids[2]); !ok {
-			t.Fatalf("after a release the queue is %q, want %q (the two oldest woken)", views, ids[2])
+		if ok, views := queueIs(ids[1:]...); !ok {
+			t.Fatalf("after a release the queue is %q, want %q (the oldest woken)", views, ids[1:])
 		}
+		stops[1]()
 		stops[2]()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			ok, views := queueIs()
@@ -272,8 +253,160 @@ func TestWaiterQueue(t *testing.T) {
 			}
 		}
 		stops[0]()
-		stops[1]()
 	})
+}
+
+// TestWakePassedOn (Redlock): a release wakes one registered Locker; one
+// that has no waiter left when the wake-up arrives (a registration that
+// outlived its waiters, as a crashed or late one does) passes it on to the
+// next registered Locker, whose waiter would otherwise wait for its
+// fallback timer. It fails without pass.lua: B is never woken.
+func TestWakePassedOn(t *testing.T) {
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
+		k := keysFor(DefaultPrefix, name)
+		// A's waiter leaves; its Locker stays subscribed (linger) and
+		// leaves the queue. Its registration is then put back on every
+		// node, oldest of all: it outlived its waiter.
+		a, _, stopA := registeredWatcher(t, ctx, tg, name)
+		stopA()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			n := int64(0)
+			for _, c := range tg.raw {
+				m, err := c.ZCard(ctx, k.queue).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += m
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("A's Locker did not leave the queue")
+			}
+		}
+		for _, c := range tg.raw {
+			if err := c.ZAdd(ctx, k.queue, goredis.Z{Score: float64(time.Now().Add(regLifetime).UnixMilli()), Member: hubOf(a).id}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // a later registration time
+		_, wakeB, stopB := registeredWatcher(t, ctx, tg, name)
+		defer stopB()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wakeB:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the release's wake-up, which reached A's Locker without a waiter, was not passed on to B")
+		}
+	})
+}
+
+// TestWakeAtQuorum (Redlock): a release's message from one node does not
+// wake a waiter; the same release's message from a quorum of nodes does.
+// Woken by the first node, a waiter would try before the release ran on
+// the others, be refused, and drop their messages as duplicates (it then
+// waited for its fallback timer, the lock free). It fails without the
+// quorum: the first message wakes.
+func TestWakeAtQuorum(t *testing.T) {
+	defer func(d time.Duration) { minorityWake = d }(minorityWake)
+	minorityWake = time.Hour // a minority never wakes within the test
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
+		w, wake, stop := registeredWatcher(t, ctx, tg, name)
+		defer stop()
+		h := hubOf(w)
+		channel := keysFor(DefaultPrefix, name).channel + ":" + h.id
+		payload := "release-" + rand.Text()
+		quorum := len(tg.raw)/2 + 1
+		for i := range quorum {
+			if err := tg.raw[i].Publish(ctx, channel, payload).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Wait until the hub has read the message.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				h.mu.Lock()
+				s := h.subs[channel]
+				seen := s != nil && s.last == payload && s.seen == i+1
+				h.mu.Unlock()
+				if seen {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("message %d of the release not read", i+1)
+				}
+			}
+			select {
+			case <-wake:
+				if i+1 < quorum {
+					t.Fatalf("woken by %d of %d nodes' messages, fewer than a quorum", i+1, len(tg.raw))
+				}
+			default:
+				if i+1 == quorum {
+					t.Fatalf("not woken by a quorum (%d) of the release's messages", quorum)
+				}
+			}
+		}
+	})
+}
+
+// TestWakeMinorityLate (Redlock): a release's message from fewer than a
+// quorum of nodes (their queues disagree, or the others are down) wakes
+// the waiter after minorityWake. It fails without that timer.
+func TestWakeMinorityLate(t *testing.T) {
+	defer func(d time.Duration) { minorityWake = d }(minorityWake)
+	minorityWake = 10 * time.Millisecond
+	forEachRedlockHeld(t, func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease) {
+		w, wake, stop := registeredWatcher(t, ctx, tg, name)
+		defer stop()
+		channel := keysFor(DefaultPrefix, name).channel + ":" + hubOf(w).id
+		if err := tg.raw[0].Publish(ctx, channel, "release-"+rand.Text()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wake:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a release's message from a minority of the nodes woke nobody")
+		}
+	})
+}
+
+// forEachRedlockHeld runs f on each Redlock target with a name held by
+// another Locker.
+func forEachRedlockHeld(t *testing.T, f func(t *testing.T, tg *target, ctx context.Context, name string, held *dlock.Lease)) {
+	forEach(t, func(t *testing.T, tg *target) {
+		if !tg.redlock {
+			t.Skip("Redlock only: a single server and a Cluster grant from a queue (driver.Blocker)")
+		}
+		ctx := testCtx(t)
+		name := uniqueName(t)
+		held, err := open(t, ctx, tg.url).TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, tg, ctx, name, held)
+	})
+}
+
+// registeredWatcher opens a driver that watches name, held by another
+// Locker, and makes it register as a waiter by a failed attempt; it
+// returns the driver, its wake-up channel and the watch's stop.
+func registeredWatcher(t *testing.T, ctx context.Context, tg *target, name string) (driver.Locker, <-chan struct{}, func()) {
+	t.Helper()
+	w, err := openURL(ctx, tg.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	wake, stop, err := w.(driver.Watcher).Watch(ctx, driver.Request{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.TryAcquire(ctx, driver.Request{Name: name, TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	return w, wake, stop
 }
 
 func hubOf(d driver.Locker) *hub { return d.(*redlock).hub }

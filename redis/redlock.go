@@ -82,16 +82,33 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 			return nodes[i].Subscribe(context.Background()), false
 		},
 		func(ctx context.Context, k keys, id string) {
-			done := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
-				return outcome{err: c.ZRem(ctx, k.queue, id).Err()}
-			})
-			for range nodes {
-				<-done
-			}
+			r.everyNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error { return c.ZRem(ctx, k.queue, id).Err() })
 		},
+		r.pass,
 	)
+	r.hub.quorum = r.quorum
 	r.names = newNameCache(prefix, r.hub.id)
 	return r
+}
+
+// pass passes a release's wake-up, which reached this Locker when none of
+// its waiters of the name was left, on to the next registered Locker on
+// every node where the lock is still free (pass.lua).
+func (r *redlock) pass(ctx context.Context, k keys, payload string) {
+	var list [passArgc]any
+	args := append(passScript.args(list[:0], "2"), k.lock, k.queue, "PUBLISH", payload, k.channel)
+	r.everyNode(ctx, func(ctx context.Context, c goredis.UniversalClient) error { return passScript.run(ctx, c, args).Err() })
+}
+
+// everyNode runs a clean-up's op on every node in parallel, each call
+// bounded by cleanupTimeout, and returns once every node has answered.
+func (r *redlock) everyNode(ctx context.Context, op func(ctx context.Context, c goredis.UniversalClient) error) {
+	done := r.fanout(ctx, cleanupTimeout, func(ctx context.Context, c goredis.UniversalClient) outcome {
+		return outcome{err: op(ctx, c)}
+	})
+	for range r.nodes {
+		<-done
+	}
 }
 
 func (r *redlock) Capabilities() driver.Capabilities {
@@ -152,17 +169,34 @@ type outcome struct {
 // its timeout), so that what it did on a node is known before the key is
 // taken back there. Callers stop waiting when ctx ends. The channel is
 // buffered for every answer, so a caller may stop reading.
+// The calls share one deadline (one context and timer per fanout, not
+// one per node), which the last call to return cancels.
 func (r *redlock) fanout(ctx context.Context, timeout time.Duration, op func(ctx context.Context, c goredis.UniversalClient) outcome) <-chan outcome {
 	out := make(chan outcome, len(r.nodes))
-	ctx = context.WithoutCancel(ctx)
+	d := &sharedDeadline{}
+	ctx, d.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	d.left.Store(int32(len(r.nodes)))
 	for _, c := range r.nodes {
 		go func() {
-			nctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			out <- op(nctx, c)
+			o := op(ctx, c)
+			d.done()
+			out <- o
 		}()
 	}
 	return out
+}
+
+// sharedDeadline is a fanout's context's cancel, called by the last of its
+// calls to return.
+type sharedDeadline struct {
+	left   atomic.Int32
+	cancel context.CancelFunc
+}
+
+func (d *sharedDeadline) done() {
+	if d.left.Add(-1) == 0 {
+		d.cancel()
+	}
 }
 
 func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
@@ -188,41 +222,20 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 		return outcome{ok: granted, n: n, err: err}
 	})
 	n := len(r.nodes)
-	var (
-		granted, refused, slow, answered int
-		token                            uint64
-		retry                            int64 = -1
-		errs                             []error
-	)
-	count := func(o outcome) {
-		switch {
-		case o.err != nil && isTimeout(o.err):
-			slow++ // a node that misses its budget has not voted for us
-		case o.err != nil:
-			errs = append(errs, o.err)
-		case o.ok:
-			granted++
-			token = max(token, uint64(o.n))
-		default:
-			refused++
-			if o.n > 0 && (retry < 0 || o.n < retry) {
-				retry = o.n
-			}
-		}
-	}
+	v := &votes{retry: -1} // one allocation: the clean-up reads the counts
 wait:
-	for answered < n && granted < r.quorum && answered-granted <= n-r.quorum {
+	for v.answered < n && v.granted < r.quorum && v.answered-v.granted <= n-r.quorum {
 		select {
 		case o := <-results:
-			count(o)
-			answered++
+			v.count(o)
+			v.answered++
 		case <-ctx.Done():
 			break wait
 		}
 	}
-	if granted >= r.quorum && ctx.Err() == nil && time.Since(start) < budget {
+	if v.granted >= r.quorum && ctx.Err() == nil && time.Since(start) < budget {
 		r.hub.registered(k, reg, true, nil)
-		ls.token, ls.late, ls.nlate = token, results, n-answered
+		ls.token, ls.late, ls.nlate = v.token, results, n-v.answered
 		return ls, nil
 	}
 	// No valid quorum: wait for the answers still out (bounded by the node
@@ -231,8 +244,8 @@ wait:
 	// background: a cancelled caller returns when its ctx ends (Close
 	// waits for the clean-up); the counts are read only once it is done.
 	done := r.hub.cleanup(func() {
-		for ; answered < n; answered++ {
-			count(<-results)
+		for ; v.answered < n; v.answered++ {
+			v.count(<-results)
 		}
 		// Only now that every node has answered is the attempt's
 		// registration in the waiter queue known to be made: recorded
@@ -240,7 +253,7 @@ wait:
 		// late acquire did, which then registered this Locker again
 		// after it left (a queue entry left behind for regLifetime).
 		r.hub.registered(k, reg, false, nil)
-		if granted > 0 || slow > 0 || len(errs) > 0 {
+		if v.granted > 0 || v.slow > 0 || len(v.errs) > 0 {
 			// Without a publish: waking every waiter for a lock that was
 			// never held would have them all fan out at once and split
 			// the votes again. They retry after the portable layer's
@@ -250,7 +263,7 @@ wait:
 				r.releaseAll(ctx, releaseArgs(ls.args[:], k, ls.valueArg, ""))
 				// A node that was slow or failed may apply the attempt
 				// late: release there once more.
-				return slow == 0 && len(errs) == 0
+				return v.slow == 0 && len(v.errs) == 0
 			})
 			cancel()
 		}
@@ -263,18 +276,43 @@ wait:
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case len(errs) < r.quorum && refused >= r.quorum:
-		return nil, notAcquired(retry) // held by another owner
-	case len(errs) < r.quorum:
+	case len(v.errs) < r.quorum && v.refused >= r.quorum:
+		return nil, notAcquired(v.retry) // held by another owner
+	case len(v.errs) < r.quorum:
 		// Split votes between concurrent attempts, slow nodes, a minority
 		// of failed ones, or a quorum that came too late for the lease's
 		// validity: Redlock retries after a delay. "Held by another owner"
 		// would be untrue (no quorum of nodes said so).
-		return nil, fmt.Errorf("redis: redlock: %w", &driver.NotAcquiredError{RetryAfter: fromMillis(retry), Reason: fmt.Sprintf(
+		return nil, fmt.Errorf("redis: redlock: %w", &driver.NotAcquiredError{RetryAfter: fromMillis(v.retry), Reason: fmt.Sprintf(
 			"no quorum within the lease's validity (%d of %d nodes granted, %d held it for another attempt, %d answered late, %d failed; %d needed)",
-			granted, n, refused, slow, len(errs), r.quorum)})
+			v.granted, n, v.refused, v.slow, len(v.errs), r.quorum)})
 	}
-	return nil, fmt.Errorf("redis: redlock: %d of %d nodes failed, %d needed: %w", len(errs), n, r.quorum, errors.Join(errs...))
+	return nil, fmt.Errorf("redis: redlock: %d of %d nodes failed, %d needed: %w", len(v.errs), n, r.quorum, errors.Join(v.errs...))
+}
+
+// votes counts the nodes' answers to an attempt.
+type votes struct {
+	granted, refused, slow, answered int
+	token                            uint64 // the largest granted token
+	retry                            int64  // the shortest PTTL refused with, or -1
+	errs                             []error
+}
+
+func (v *votes) count(o outcome) {
+	switch {
+	case o.err != nil && isTimeout(o.err):
+		v.slow++ // a node that misses its budget has not voted for us
+	case o.err != nil:
+		v.errs = append(v.errs, o.err)
+	case o.ok:
+		v.granted++
+		v.token = max(v.token, uint64(o.n))
+	default:
+		v.refused++
+		if o.n > 0 && (v.retry < 0 || o.n < v.retry) {
+			v.retry = o.n
+		}
+	}
 }
 
 // testBeforeNodeAcquire, set by a test only, runs before an attempt's

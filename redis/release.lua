@@ -9,22 +9,17 @@
 -- ARGV[5] how many registered Lockers to wake
 -- Only the Lockers whose registration is oldest are woken (not every
 -- waiter: they would all race for the lock and all but one lose); a woken
--- waiter that loses registers again. The registry exists only while some
--- Locker waits (it expires with its last registration), so a release
--- with no waiter costs one EXISTS beyond the compare-and-delete, and
+-- waiter that loses registers again, a woken Locker that has no waiter
+-- left passes the wake-up on (pass.lua). The registry exists only while
+-- some Locker waits (it expires with its last registration), so a release
+-- with no waiter costs one ZPOPMIN beyond the compare-and-delete, and
 -- publishes nothing.
 -- Returns 1 when released, 0 when the key is gone or holds another value.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  local woken = redis.call('ZPOPMIN', KEYS[2], ARGV[5])
-  for i = 1, #woken, 2 do
-    redis.call(ARGV[2], ARGV[4] .. ':' .. woken[i], ARGV[3])
-  end
+if ARGV[2] ~= '' then
+  wakeNext(KEYS[2], ARGV[2], ARGV[4], ARGV[3], tonumber(ARGV[5]))
 end
 return 1

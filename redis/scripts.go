@@ -32,10 +32,17 @@ var (
 	handoverLua string
 	//go:embed cancel.lua
 	cancelLua string
+	//go:embed wake.lua
+	wakeLua string
+	//go:embed pass.lua
+	passLua string
 
 	acquireScript = newScript(acquireLua)
 	refreshScript = newScript(refreshLua)
-	releaseScript = newScript(releaseLua)
+	// The scripts that wake Redlock waiters (and semaphore waiters)
+	// start with wake.lua's wakeNext.
+	releaseScript = newScript(wakeLua + releaseLua)
+	passScript    = newScript(wakeLua + passLua)
 	inspectScript = goredis.NewScript(inspectLua)
 
 	// The FIFO grant queue of a single server or a Cluster (Redlock keeps
@@ -93,6 +100,7 @@ const (
 	refreshArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
 	waitArgc     = 12 // evalsha, digest, numkeys, 4 keys, 5 arguments
 	handoverArgc = 9  // evalsha, digest, numkeys, 4 keys, 2 arguments (cancel.lua too)
+	passArgc     = 8  // evalsha, digest, numkeys, 2 keys, 3 arguments
 )
 
 // The grant queue's timings: a waiter renews its entry every
@@ -122,23 +130,31 @@ func keysFor(prefix, name string) keys {
 	return keys{lock: k.Lock, fence: k.Fence, queue: k.Queue, channel: k.Channel, waiters: k.Waiters, waiterData: k.WaiterData}
 }
 
-// Waiter registration (Redlock): a TryAcquire that fails while its Locker has waiters
-// on the name registers the Locker in the name's queue for regLifetime; a
-// release wakes the wakeCount Lockers registered longest ago. A waiter
-// retries at least every second (the portable layer's longest wait with a
-// Watcher), renewing the registration, so 3s keeps a live waiter
-// registered and forgets a crashed one soon. Two are woken, not one, so
-// that a registration whose waiters just left does not cost the others a
-// wake-up.
+// Waiter registration (Redlock, semaphores): a TryAcquire that fails
+// while its Locker has waiters on the name registers the Locker in the
+// name's queue for regLifetime. A waiter retries at least every second
+// (the portable layer's longest wait with a Watcher), renewing the
+// registration, so 3s keeps a live waiter registered and forgets a
+// crashed one soon.
+//
+// A Redlock release wakes the one Locker registered longest ago
+// (redlockWake): a second woken Locker would only race the first for the
+// nodes' votes, and lose (a failed attempt on every node, and its
+// take-back), or split them so that neither wins. A woken Locker whose
+// waiters all left passes the wake-up on (pass.lua), so that the release
+// is not lost on it. A semaphore's release wakes semWake Lockers: a
+// permit freed while others are may serve a second one.
 const (
 	regLifetime = 3 * time.Second
-	wakeCount   = 2
+	redlockWake = 1
+	semWake     = 2
 )
 
 // The constant arguments, boxed once.
 var (
 	regLifetimeArg any = millis(regLifetime)
-	wakeCountArg   any = wakeCount
+	redlockWakeArg any = redlockWake
+	semWakeArg     any = semWake
 )
 
 // registration is what acquire.lua needs to (un)register the caller's

@@ -25,7 +25,7 @@ var (
 
 	semAcquireScript = newScript(semAcquireLua)
 	semRefreshScript = newScript(semRefreshLua)
-	semReleaseScript = newScript(semReleaseLua)
+	semReleaseScript = newScript(wakeLua + semReleaseLua)
 )
 
 // Argument lists of the semaphore scripts.
@@ -71,6 +71,7 @@ func (l *locker) newSemHub() *hub {
 			return l.cluster.Subscribe(context.Background()), false
 		},
 		func(ctx context.Context, k keys, id string) { _ = l.client.ZRem(ctx, k.queue, id).Err() },
+		nil,
 	)
 }
 
@@ -200,7 +201,7 @@ func (ls *semLease) release(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	args := append(semReleaseScript.args(ls.args[:], "4"), n.lockArg, n.sem.tokensArg, n.sem.permitsArg, n.queueArg,
-		ls.valueArg, cmd, n.chanArg, wakeCountArg)
+		ls.valueArg, cmd, n.chanArg, semWakeArg)
 	r, err := semReleaseScript.run(ctx, l.client, args).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redis: release: %w", err)

@@ -9,6 +9,7 @@
 -- Only the Lockers registered longest ago are woken (their waiters try
 -- again; one that loses registers again); the registry exists only while
 -- some Locker waits, so a release with no waiter publishes nothing.
+-- The script starts with wake.lua's wakeNext.
 -- Returns 1 when released, 0 when the grant held no permit (never
 -- granted, released already, or its lease ran out).
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -25,11 +26,7 @@ end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
 end
-if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  local woken = redis.call('ZPOPMIN', KEYS[4], ARGV[4])
-  for i = 1, #woken, 2 do
-    redis.call(ARGV[2], ARGV[3] .. ':' .. woken[i], ARGV[1])
-  end
+if ARGV[2] ~= '' then
+  wakeNext(KEYS[4], ARGV[2], ARGV[3], ARGV[1], tonumber(ARGV[4]))
 end
 return 1
