@@ -441,15 +441,15 @@ func (dialect) Reset(sqllock.Table) []sqllock.Stmt { return []sqllock.Stmt{resto
 var _ sqllock.FencingNoter = dialect{}
 
 // FencingNote: getlock's token is its row's, not the counter's;
-// forupdate's is not made durable per grant.
+// forupdate's is its grant row's id, not made durable per grant.
 func (dialect) FencingNote(s sqllock.Strategy, t sqllock.Table) string {
 	if s == sqllock.ForUpdate {
-		return "value of an AUTO_INCREMENT counter that is never given out again (" + t.Raw + sqllock.SeqSuffix + "), taken under the row lock; after every restart of the server or failover (a MEMORY marker, " + t.Raw + sqllock.LiveSuffix + ", found without this server's id) the counter is moved on by 2^36 in a commit of its own before the next token"
+		return "the id of the grant's row in " + t.Raw + grantSuffix + " (an AUTO_INCREMENT counter that is never given out again), inserted by the statement that locks the name's row; after every restart of the server or failover (a MEMORY marker, " + t.Raw + sqllock.LiveSuffix + ", found without this server's id) the counter is moved on by 2^36 in a commit of its own before the next token"
 	}
 	if s != sqllock.Native {
 		return ""
 	}
-	return "the name's row's fence, moved on (to the last token plus one, or the server's clock in microseconds if larger) by an autocommitted UPDATE right after GET_LOCK granted the lock, in the same round trip"
+	return "the name's row's fence, moved on (to the last token plus one, or the server's clock in microseconds if larger) by the autocommitted write whose condition is GET_LOCK, in the statement that takes the lock"
 }
 
 // clockMicros is the server's clock in microseconds since the epoch (UTC,
