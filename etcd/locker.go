@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // TTL range. etcd grants leases in whole seconds, and no shorter than its
@@ -179,34 +180,17 @@ func (l *locker) wrapErr(ctx context.Context, err error) error {
 }
 
 // keyOf returns the key of an attempt in queue under the etcd lease id
-// granted with tag: the lease id, then the tag, 16 hex digits each. An
-// etcd lease id is unique only among live leases (the server may issue an
-// expired lease's id again, and a client may name the id it grants); the
-// tag, random, drawn when the Locker granted the lease (grantTag), makes
-// the name that grant's own. Its attempts, one at a time (a spare is taken
-// by one and put back once its key is deleted), reuse the name: a name
-// per attempt would leave a deleted key per lock use in the server's
-// index until a compaction, which every read of the queue walks through.
+// granted with tag (layout.EtcdKey). Its attempts, one at a time (a spare
+// is taken by one and put back once its key is deleted), reuse the name:
+// a name per attempt would leave a deleted key per lock use in the
+// server's index until a compaction, which every read of the queue walks
+// through.
 func keyOf(queue string, id clientv3.LeaseID, tag uint64) string {
-	b := make([]byte, 0, len(queue)+33)
-	b = append(b, queue...)
-	b = appendHex16(b, uint64(id))
-	b = append(b, '-')
-	b = appendHex16(b, tag)
-	return string(b)
+	return layout.EtcdKey(queue, int64(id), tag)
 }
 
 // grantTag draws the tag of a new etcd lease grant (keyOf).
 func grantTag() uint64 { return rand.Uint64() }
-
-// appendHex16 appends v as 16 lowercase hex digits.
-func appendHex16(b []byte, v uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[v>>uint(shift)&0xf])
-	}
-	return b
-}
 
 // ttlSeconds is the etcd lease TTL for ttl: whole seconds, rounded up
 // (never down: the server must hold the lease at least ttl).

@@ -141,11 +141,33 @@ const (
 
 // EtcdQueue returns the key prefix under which the etcd driver queues the
 // attempts on name: "<prefix>/<escaped name>/". Each attempt's key is the
-// queue followed by its etcd lease id (EtcdKey).
+// queue followed by its etcd lease grant's id and tag (EtcdKey).
 func EtcdQueue(prefix, name string) string { return prefix + "/" + EtcdName(name) + "/" }
 
-// EtcdKey returns the key of the attempt under lease id in queue.
-func EtcdKey(queue string, leaseID int64) string { return fmt.Sprintf("%s%016x", queue, leaseID) }
+// EtcdKey returns the key of an attempt in queue under the etcd lease
+// leaseID, granted with tag: "<queue><lease id>-<tag>", 16 lowercase hex
+// digits each. An etcd lease id is unique only among live leases (the
+// server may issue an expired lease's id again, and a client may name the
+// id it grants); the tag, random, drawn when the lease was granted, makes
+// the name that grant's own, so that a plain delete of it never deletes
+// another client's key.
+func EtcdKey(queue string, leaseID int64, tag uint64) string {
+	b := make([]byte, 0, len(queue)+33)
+	b = append(b, queue...)
+	b = appendHex16(b, uint64(leaseID))
+	b = append(b, '-')
+	b = appendHex16(b, tag)
+	return string(b)
+}
+
+// appendHex16 appends v as 16 lowercase hex digits.
+func appendHex16(b []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[v>>uint(shift)&0xf])
+	}
+	return b
+}
 
 // EtcdName maps a lock name onto one etcd key element without '/',
 // injectively: '%' and '/' are percent-escaped (%25, %2F), every other

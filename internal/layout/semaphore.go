@@ -18,7 +18,7 @@ func ZooKeeperSemaphoreParent(prefix, name string) string {
 // EtcdSemaphoreQueue returns the key prefix under which the etcd driver
 // queues the attempts on the semaphore name:
 // "<prefix>/<escaped name>%sem/". Each attempt's key is the queue followed
-// by its etcd lease id (EtcdKey), as for a lock.
+// by its etcd lease grant (EtcdKey), as for a lock.
 func EtcdSemaphoreQueue(prefix, name string) string {
 	return prefix + "/" + EtcdName(name) + SemaphoreSuffix + "/"
 }
