@@ -60,7 +60,10 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 			if !wait {
 				return nil, &driver.NotAcquiredError{}
 			}
-			if err := basicAwaitRelease(ctx, gr, &bo); err != nil {
+			l.waiting(true)
+			err := basicAwaitRelease(ctx, gr, &bo)
+			l.waiting(false)
+			if err != nil {
 				return nil, err
 			}
 		case errors.Is(r.err, zk.ErrNoNode):
