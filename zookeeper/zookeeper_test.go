@@ -506,3 +506,55 @@ func TestFreshNameCostsOneTransactionMore(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestsPerUse counts the requests an uncontended acquire+release
+// of a name in use sends (the floor's 2: the grant's multi and the
+// release), and a TryAcquire of a held lock with the basic recipe (1: the
+// failed multi; the read with a watch is a waiter's, after its create
+// failed). Each count is the least of 5 tries: a lease held past
+// lazyWatch sets its watch, one request more.
+func TestRequestsPerUse(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		dl := open(t, srv.URL, prefix, "recipe="+recipe)
+		d := driverOf(dl)
+		ctx := testenv.Context(t, 30*time.Second)
+		least := func(f func()) int64 {
+			best := int64(math.MaxInt64)
+			for range 5 {
+				before := d.s.tr.sent.Load()
+				f()
+				best = min(best, d.s.tr.sent.Load()-before)
+			}
+			return best
+		}
+		use := func() {
+			ls, err := dl.Acquire(ctx, "u", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		use() // the parent exists
+		if n := least(use); n != 2 {
+			t.Errorf("acquire+release sent %d requests, want 2", n)
+		}
+		if recipe != RecipeBasic {
+			return
+		}
+		other := open(t, srv.URL, prefix, "recipe="+recipe)
+		h, err := other.Acquire(ctx, "u", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		if n := least(func() {
+			if _, err := dl.TryAcquire(ctx, "u", nil); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("TryAcquire of a held lock: %v", err)
+			}
+		}); n != 1 {
+			t.Errorf("TryAcquire of a held lock sent %d requests, want 1", n)
+		}
+	})
+}
