@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -555,6 +556,48 @@ func TestRequestsPerUse(t *testing.T) {
 			}
 		}); n != 1 {
 			t.Errorf("TryAcquire of a held lock sent %d requests, want 1", n)
+		}
+	})
+}
+
+// goroutinesCreated is the count of goroutines this process has created.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestGoroutinesPerUse: an uncontended acquire+release, released before
+// lazyWatch, starts two goroutines, the create's and the release's delete
+// (each lets its caller return when its context ends while the request is
+// in flight: go-zookeeper's calls take no context), and none for the
+// lease's lazy watch (a timer's function) or for the portable layer to
+// wait on its loss (OnLost). It was 4.
+func TestGoroutinesPerUse(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		l := open(t, srv.URL, prefix, "recipe="+recipe)
+		ctx := context.Background()
+		use := func() {
+			ls, err := l.Acquire(ctx, "u", &dlock.AcquireOptions{NoKeepAlive: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		use() // the parent exists
+		const n = 50
+		best := math.Inf(1)
+		for range 3 {
+			before := goroutinesCreated()
+			for range n {
+				use()
+			}
+			best = min(best, float64(goroutinesCreated()-before)/n)
+		}
+		if best > 2.2 {
+			t.Errorf("%.2f goroutines created per acquire+release, want 2", best)
 		}
 	})
 }
