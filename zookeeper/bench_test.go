@@ -86,13 +86,16 @@ func BenchmarkUncontended(b *testing.B) {
 
 // acquireRelease returns one uncontended cycle on l.
 func acquireRelease(ctx context.Context, l *dlock.Locker) func() error {
-	return func() error {
-		ls, err := l.Acquire(ctx, "u", nil)
-		if err != nil {
-			return err
-		}
-		return ls.Release(ctx)
+	return func() error { return use(ctx, l, "u") }
+}
+
+// use acquires name on l and releases it.
+func use(ctx context.Context, l *dlock.Locker, name string) error {
+	ls, err := l.Acquire(ctx, name, nil)
+	if err != nil {
+		return err
 	}
+	return ls.Release(ctx)
 }
 
 // BenchmarkHandoff: 8 clients (8 sessions) contend for one lock; each holds
@@ -339,22 +342,10 @@ func BenchmarkNames(b *testing.B) {
 	var sides []side
 	for _, recipe := range []string{RecipeFair, RecipeBasic} {
 		l := open(b, srv.URL, prefix+"-"+recipe, "recipe="+recipe)
-		sides = append(sides, side{recipe, func(_ int, name string) error {
-			ls, err := l.Acquire(ctx, name, nil)
-			if err != nil {
-				return err
-			}
-			return ls.Release(ctx)
-		}})
+		sides = append(sides, side{recipe, func(_ int, name string) error { return use(ctx, l, name) }})
 	}
 	one := open(b, srv.URL, prefix+"-fair", "sessions=1")
-	sides = append(sides, side{"fair-sessions=1", func(_ int, name string) error {
-		ls, err := one.Acquire(ctx, name, nil)
-		if err != nil {
-			return err
-		}
-		return ls.Release(ctx)
-	}})
+	sides = append(sides, side{"fair-sessions=1", func(_ int, name string) error { return use(ctx, one, name) }})
 	floors := make([]*floor.Lock, clients)
 	for g := range floors {
 		fl, err := floor.Open(ctx, srv.URL, "", nil)

@@ -162,7 +162,13 @@
 // node /prefix/<escaped name>/lock; whoever creates it holds the lock, and
 // every waiter watches it and tries again when it goes, so each release
 // wakes all waiters (the herd effect). Not fair. A name must be locked with
-// one recipe only.
+// one recipe only. An uncontended acquire+release sends two requests, the
+// grant's multi and the release's; a waiter whose create failed then reads
+// the node with a watch (a release in between: it tries again at once).
+// Each release costs every waiter a create that fails (each a write
+// through the server's write pipeline): that herd, and the round trip of the winner's create after
+// the release's event, are what the basic recipe's handoff costs over the
+// fair recipe's, which hands over on the event alone.
 //
 // Each grant is a multi that creates the node and bumps the parent's data
 // version; the release is a multi that checks that version and deletes the

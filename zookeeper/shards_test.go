@@ -22,14 +22,7 @@ func busyLoad(t *testing.T, ctx context.Context, l *dlock.Locker, stop func() bo
 	for g := range 16 {
 		wg.Go(func() {
 			for k := 0; ctx.Err() == nil && !stop(); k++ {
-				ls, err := l.Acquire(ctx, fmt.Sprintf("n%d-%d", g, k%50), nil)
-				if err != nil {
-					if ctx.Err() == nil {
-						t.Error(err)
-					}
-					return
-				}
-				if err := ls.Release(ctx); err != nil {
+				if err := use(ctx, l, fmt.Sprintf("n%d-%d", g, k%50)); err != nil && ctx.Err() == nil {
 					t.Error(err)
 					return
 				}

@@ -528,17 +528,13 @@ func TestRequestsPerUse(t *testing.T) {
 			}
 			return best
 		}
-		use := func() {
-			ls, err := dl.Acquire(ctx, "u", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ls.Release(ctx); err != nil {
+		cycle := func() {
+			if err := use(ctx, dl, "u"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		use() // the parent exists
-		if n := least(use); n != 2 {
+		cycle() // the parent exists
+		if n := least(cycle); n != 2 {
 			t.Errorf("acquire+release sent %d requests, want 2", n)
 		}
 		if recipe != RecipeBasic {
