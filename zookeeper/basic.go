@@ -33,15 +33,9 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 	if err := l.knownParent(ctx, parent, false); err != nil {
 		return nil, err
 	}
-	// Count the node's events from before the pipelined read sets its
-	// watch: a lease granted here may then rely on that watch at once
-	// (lease.refreshShared) rather than set one at its first refresh.
-	pw := l.s.watchPath(path)
-	defer l.s.unwatchPath(path)
 	for {
 		sid := l.conn.SessionID()
-		c, f := l.s.beforeWatch(pw)
-		mr, gr := l.basicSend(parent, path, data)
+		mr := l.basicSend(parent, path, data)
 		var r result[[]zk.MultiResponse]
 		select {
 		case r = <-mr:
@@ -51,7 +45,7 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 		}
 		switch {
 		case r.err == nil:
-			ls, err := l.basicGranted(ctx, r.v[1].Stat, gr, parent, path, guid, sid, arming{c: c, fires: f})
+			ls, err := l.basicGranted(ctx, r.v[1].Stat, parent, path, guid, sid)
 			if ls != nil || err != nil {
 				return ls, err
 			}
@@ -60,7 +54,10 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 			if !wait {
 				return nil, &driver.NotAcquiredError{}
 			}
-			if err := basicAwaitRelease(ctx, gr, &bo); err != nil {
+			l.waiting(true)
+			err := basicAwaitRelease(ctx, l.conn, path, &bo)
+			l.waiting(false)
+			if err != nil {
 				return nil, err
 			}
 		case errors.Is(r.err, zk.ErrNoNode):
@@ -82,35 +79,30 @@ func (l *locker) basicAcquire(ctx context.Context, req driver.Request, wait bool
 	}
 }
 
-// basicSend sends the grant's multi (create our node, bump the parent's
-// data version) and, pipelined behind it, a read of the lock node with a
-// watch: ours when we won, the holder's when we did not.
-func (l *locker) basicSend(parent, path string, data []byte) (<-chan result[[]zk.MultiResponse], <-chan result[nodeData]) {
+// basicSend sends the grant's multi: create our node, bump the parent's
+// data version. (A read of the node with a watch used to go with it,
+// pipelined: the loser's watch, or the winner's. It cost every grant a
+// request, 3 per acquire+release where the floor sends 2, to save a
+// loser a round trip it spends waiting anyway; a loser now reads the node
+// after its create failed, and a winner's lease sets its watch as the
+// fair recipe's does, lazyWatch after the grant.)
+func (l *locker) basicSend(parent, path string, data []byte) <-chan result[[]zk.MultiResponse] {
 	c := l.conn
 	mr := make(chan result[[]zk.MultiResponse], 1)
-	gr := make(chan result[nodeData], 1)
-	sent := make(chan struct{})
 	go func() {
-		close(sent)
 		r, err := c.Multi(
 			&zk.CreateRequest{Path: path, Data: data, Acl: l.cfg.acl, Flags: zk.FlagEphemeral},
 			&zk.SetDataRequest{Path: parent, Version: -1})
 		mr <- result[[]zk.MultiResponse]{r, err}
 	}()
-	<-sent
-	go func() {
-		d, st, ch, err := c.GetW(path)
-		gr <- result[nodeData]{nodeData{d, st, ch}, err}
-	}()
-	return mr, gr
+	return mr
 }
 
 // basicGranted turns the grant our multi made into a lease; st is the
-// parent's stat after the multi, gr the pipelined read of the node, pre
-// the connection and the count of the node's events before it was sent
-// (lease.beforeWatch). It returns neither a lease nor an error when the
-// parent was written since and the node is no longer ours.
-func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, gr <-chan result[nodeData], parent, path, guid string, sid int64, pre arming) (driver.Lease, error) {
+// parent's stat after the multi, sid the session read before it was sent.
+// It returns neither a lease nor an error when the parent was written
+// since and the node is no longer ours.
+func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, parent, path, guid string, sid int64) (driver.Lease, error) {
 	version, err := rebaseGuard(ctx, l.conn, parent, st.Version)
 	if errors.Is(err, zk.ErrBadVersion) {
 		// The parent was written since our grant: look at the node
@@ -122,48 +114,31 @@ func (l *locker) basicGranted(ctx context.Context, st *zk.Stat, gr <-chan result
 		return nil, err
 	}
 	ls := l.newLease(path, sid, st.Mzxid, true, version)
-	var g result[nodeData]
-	select {
-	case g = <-gr:
-	case <-ctx.Done():
-		l.cleanup(ctx, func(cctx context.Context) {
-			if err := basicDelete(cctx, l.conn, path, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
-				l.addOrphan(ls.orphan())
-			}
-		})
-		return nil, ctx.Err()
-	}
-	var watch <-chan zk.Event
-	ls.sid, watch, err = l.basicOwner(ctx, g, path, guid)
-	if err != nil {
+	if ls.sid, err = l.basicOwner(ctx, path, guid, sid); err != nil {
 		l.addOrphan(ls.orphan())
 		return nil, err
 	}
-	ls.start(watch)
-	if watch != nil && watch == g.v.ch {
-		ls.watched(pre.c, pre.fires) // the pipelined read's watch
-	}
+	ls.start(nil)
 	return ls, nil
 }
 
-// basicOwner returns the session that owns our new node and a watch on it
-// (nil: the lease sets one). The owner is the session the multi ran in,
-// which may not be the one read before sending it, across a reconnection;
-// 0 when the node is already gone (the lease is born lost). g, the
-// pipelined read, normally sees our node; should it have gone out first,
-// the node is read again.
-func (l *locker) basicOwner(ctx context.Context, g result[nodeData], path, guid string) (int64, <-chan zk.Event, error) {
-	if g.err == nil && basicGrantOf(g.v.data, guid) {
-		return g.v.st.EphemeralOwner, g.v.ch, nil
+// basicOwner returns the session that owns our new node: the session the
+// multi ran in, sid when the connection's session is still the one read
+// before sending it (a session's ID never comes back); across a
+// reconnection the node's ephemeralOwner says, 0 when it is no longer our
+// grant's (the lease is born lost).
+func (l *locker) basicOwner(ctx context.Context, path, guid string, sid int64) (int64, error) {
+	if l.conn.SessionID() == sid {
+		return sid, nil
 	}
 	d, st, err := getNode(ctx, l.conn, path)
 	switch {
 	case err == nil && basicGrantOf(d, guid):
-		return st.EphemeralOwner, nil, nil
+		return st.EphemeralOwner, nil
 	case err == nil || errors.Is(err, zk.ErrNoNode):
-		return 0, nil, nil
+		return 0, nil
 	default:
-		return 0, nil, err
+		return 0, err
 	}
 }
 
@@ -172,25 +147,22 @@ func (l *locker) basicOwner(ctx context.Context, g result[nodeData], path, guid 
 func basicGrantOf(data []byte, guid string) bool { return bytes.HasPrefix(data, []byte(guid+"\n")) }
 
 // basicAwaitRelease waits, after a create found the lock held, until the
-// holder's node changes or goes; gr is the pipelined read of it with a
-// watch.
-func basicAwaitRelease(ctx context.Context, gr <-chan result[nodeData], bo *backoff) error {
-	var g result[nodeData]
-	select {
-	case g = <-gr:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// holder's node at path changes or goes: it reads it with a watch (gone
+// already: try again at once), then waits for the watch.
+func basicAwaitRelease(ctx context.Context, c *zk.Conn, path string, bo *backoff) error {
+	g, err := getW(ctx, c, path)
 	switch {
-	case g.err == nil:
+	case err == nil:
 		select {
-		case <-g.v.ch: // released (or changed): try again
+		case <-g.ch: // released (or changed): try again
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	case errors.Is(g.err, zk.ErrNoNode): // released meanwhile
+	case errors.Is(err, zk.ErrNoNode): // released meanwhile
 		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
 	default:
 		return bo.pause(ctx)
 	}

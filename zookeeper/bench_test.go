@@ -3,9 +3,11 @@ package zookeeper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,13 +86,16 @@ func BenchmarkUncontended(b *testing.B) {
 
 // acquireRelease returns one uncontended cycle on l.
 func acquireRelease(ctx context.Context, l *dlock.Locker) func() error {
-	return func() error {
-		ls, err := l.Acquire(ctx, "u", nil)
-		if err != nil {
-			return err
-		}
-		return ls.Release(ctx)
+	return func() error { return use(ctx, l, "u") }
+}
+
+// use acquires name on l and releases it.
+func use(ctx context.Context, l *dlock.Locker, name string) error {
+	ls, err := l.Acquire(ctx, name, nil)
+	if err != nil {
+		return err
 	}
+	return ls.Release(ctx)
 }
 
 // BenchmarkHandoff: 8 clients (8 sessions) contend for one lock; each holds
@@ -307,4 +312,97 @@ func BenchmarkKeepAlive(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkNames is the scale workload's names point, split open: 32
+// goroutines each cycle acquire+release over their own share of 10 000
+// names (goroutine g: names g, g+32, …), on one Locker of each recipe, on
+// a fair Locker held to one session (sessions=1) and on the fenced floor
+// of internal/floor with a connection per goroutine, the four alternating
+// in slices of 200ms, 5 slices each after a warm-up slice that creates the
+// parents. Reported, medians of the slices, per
+// side: grants/s, requests the server received per grant (mntr's
+// zk_packets_received) and client CPU per grant (getrusage of this
+// process: the server is another process). Run with
+//
+//	go test -run '^$' -bench Names -benchtime 1x ./zookeeper/
+func BenchmarkNames(b *testing.B) {
+	const (
+		clients = 32
+		names   = 10000
+		slice   = 200 * time.Millisecond
+	)
+	srv := testenv.NewZooKeeper(b, &testenv.ZKOptions{ForceSync: false})
+	ctx := testenv.Context(b, 10*time.Minute)
+	prefix := testPrefix(b)
+	type side struct {
+		name  string
+		cycle func(g int, name string) error
+	}
+	var sides []side
+	for _, recipe := range []string{RecipeFair, RecipeBasic} {
+		l := open(b, srv.URL, prefix+"-"+recipe, "recipe="+recipe)
+		sides = append(sides, side{recipe, func(_ int, name string) error { return use(ctx, l, name) }})
+	}
+	one := open(b, srv.URL, prefix+"-fair", "sessions=1")
+	sides = append(sides, side{"fair-sessions=1", func(_ int, name string) error { return use(ctx, one, name) }})
+	floors := make([]*floor.Lock, clients)
+	for g := range floors {
+		fl, err := floor.Open(ctx, srv.URL, "", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fl.Close()
+		floors[g] = fl
+	}
+	sides = append(sides, side{"floor", func(g int, name string) error { return floors[g].Cycle(ctx, prefix+"-floor-"+name) }})
+	run := func(s side, d time.Duration) (rate, recv, cpu float64) {
+		r0, c0 := mntr(b, ctx, srv.Addr, "zk_packets_received"), testCPU()
+		var grants atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		stop := start.Add(d)
+		for g := range clients {
+			wg.Go(func() {
+				for k := g; time.Now().Before(stop); k += clients {
+					if err := s.cycle(g, strconv.Itoa(k%names)); err != nil {
+						b.Error(err)
+						return
+					}
+					grants.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		el, c1 := time.Since(start), testCPU()
+		n := float64(grants.Load())
+		r1 := mntr(b, ctx, srv.Addr, "zk_packets_received")
+		return n / el.Seconds(), float64(r1-r0-1) / n, stats.Micros(c1-c0) / n
+	}
+	for _, s := range sides {
+		run(s, 2*time.Second) // parents exist, JIT warm
+	}
+	res := make([][3][]float64, len(sides))
+	for b.Loop() {
+		for i := range 5 {
+			for j := range sides {
+				k := (i + j) % len(sides)
+				r, q, c := run(sides[k], slice)
+				res[k][0], res[k][1], res[k][2] = append(res[k][0], r), append(res[k][1], q), append(res[k][2], c)
+			}
+		}
+	}
+	med := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	for i, s := range sides {
+		b.ReportMetric(med(res[i][0]), s.name+"-grants/s")
+		b.ReportMetric(med(res[i][1]), s.name+"-reqs/grant")
+		b.ReportMetric(med(res[i][2]), s.name+"-cpu-µs/grant")
+	}
+}
+
+// testCPU is the CPU time this process has used, user and system.
+func testCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

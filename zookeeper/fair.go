@@ -169,9 +169,13 @@ func (l *locker) fairAcquire(ctx context.Context, req driver.Request, wait bool)
 		case !wait:
 			return nil, &driver.NotAcquiredError{}
 		case a.permits > 0:
+			l.waiting(true)
 			ls, err = a.waitPermit(ctx, v.below)
+			l.waiting(false)
 		default:
+			l.waiting(true)
 			ls, err = a.wait(ctx, v.below)
+			l.waiting(false)
 		}
 		if errors.Is(err, errRequeue) {
 			a.node = ""

@@ -25,6 +25,7 @@ type lease struct {
 
 	lost chan struct{} // closed when the lease may be gone
 	stop chan struct{} // closed by Release
+	lazy *time.Timer   // sets the node's watch lazyWatch after the grant (nil: set at once)
 
 	// pw counts the events on the node's path that reached the Locker's
 	// event callback (session.onEvent) while the lease is registered (nil
@@ -37,11 +38,13 @@ type lease struct {
 	isLost   bool
 	released bool
 	why      string
+	onLost   func() // called once if the lease is lost before its release (OnLost)
 }
 
 var (
-	_ driver.Lease   = (*lease)(nil)
-	_ driver.Granted = (*lease)(nil)
+	_ driver.Lease        = (*lease)(nil)
+	_ driver.Granted      = (*lease)(nil)
+	_ driver.LossNotifier = (*lease)(nil)
 )
 
 func (l *locker) newLease(path string, sid int64, token int64, basic bool, version int32) *lease {
@@ -55,26 +58,16 @@ const lazyWatch = time.Millisecond
 
 // start registers the lease with the session monitor and watches its node
 // (watch is a child watch on the parent or a data watch on the node; nil:
-// set one, lazyWatch later).
+// set one, lazyWatch later: a lease released by then costs no watch
+// request, no notification at release, and no goroutine: the timer's
+// function runs only if it fires).
 func (ls *lease) start(watch <-chan zk.Event) {
 	ls.l.s.register(ls)
-	go func() {
-		if watch == nil {
-			// Set the watch a moment later: a lease released by then
-			// costs no watch request (and no notification at release).
-			t := time.NewTimer(lazyWatch)
-			select {
-			case <-t.C:
-			case <-ls.stop:
-				t.Stop()
-				return
-			case <-ls.lost:
-				t.Stop()
-				return
-			}
-		}
-		ls.watch(watch)
-	}()
+	if watch != nil {
+		go ls.watch(watch)
+		return
+	}
+	ls.lazy = time.AfterFunc(lazyWatch, func() { ls.watch(nil) })
 }
 
 func (ls *lease) Token() uint64         { return ls.token }
@@ -101,7 +94,25 @@ func (ls *lease) markLost(why string) bool {
 	}
 	ls.isLost, ls.why = true, why
 	close(ls.lost)
+	if f := ls.onLost; f != nil {
+		ls.onLost = nil
+		go f()
+	}
 	return true
+}
+
+// OnLost calls f in a goroutine of its own when the lease is lost (at
+// once if it is), never if it was released first: the portable layer then
+// needs no goroutine per lease waiting on Lost (driver.LossNotifier).
+func (ls *lease) OnLost(f func()) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	switch {
+	case ls.isLost:
+		go f()
+	case !ls.released:
+		ls.onLost = f
+	}
 }
 
 // watch ends the lease when its node is deleted (revoked by an
@@ -353,9 +364,13 @@ func (ls *lease) Release(ctx context.Context) error {
 	wasLost := ls.isLost
 	if !ls.released {
 		ls.released = true
+		ls.onLost = nil
 		close(ls.stop)
 	}
 	ls.mu.Unlock()
+	if ls.lazy != nil {
+		ls.lazy.Stop() // watch (rearm) returns at once if it fired
+	}
 	ls.l.s.unregister(ls)
 	if wasLost {
 		// The session may be gone, or the connection down: do not wait for

@@ -64,11 +64,23 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 		// can neither see nor delete them.
 		cfg.acl = zk.AuthACL(zk.PermAll)
 	}
-	tr := newTracker()
-	s := newSession(nil, tr, p.sessionTimeout, nil)
 	// go-zookeeper logs to stderr by default: this logger drops its
 	// lines, or hands them to the Locker's Observer.
-	clog := driver.NewClientLog(raw)
+	l, err := dialLocker(ctx, p, cfg, driver.NewClientLog(raw), nil)
+	if err != nil {
+		return nil, err
+	}
+	l.url = p
+	return l, nil
+}
+
+// dialLocker opens a session on p's ensemble and returns its locker, which
+// owns the connection; parents is the set of known parents it shares with
+// the Locker's other sessions (see shards.go; nil: a set of its own), clog
+// their logger.
+func dialLocker(ctx context.Context, p *parsedURL, cfg config, clog *driver.ClientLog, parents *knownset.Set) (*locker, error) {
+	tr := newTracker()
+	s := newSession(nil, tr, p.sessionTimeout, nil)
 	conn, _, err := zk.Connect(p.hosts, p.sessionTimeout,
 		zk.WithDialer(tr.dial),
 		zk.WithLogger(clog),
@@ -95,6 +107,9 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	}
 	l := newLocker(conn, true, cfg, s)
 	l.clog = clog
+	if parents != nil {
+		l.parents = parents
+	}
 	return l, nil
 }
 
@@ -106,8 +121,9 @@ type locker struct {
 	cfg  config
 	s    *session
 
-	parents knownset.Set // parent nodes known to exist (see maxKnownParents)
-	flights flights      // the round trips refreshes share
+	parents *knownset.Set // parent nodes known to exist (see maxKnownParents), shared by the Locker's sessions
+	shards                // the Locker's other sessions (shards.go)
+	flights flights       // the round trips refreshes share
 
 	done chan struct{} // closed by Close
 	once sync.Once
@@ -139,7 +155,7 @@ var (
 
 func newLocker(conn *zk.Conn, own bool, cfg config, s *session) *locker {
 	l := &locker{conn: conn, own: own, cfg: cfg, s: s, done: make(chan struct{}), jwake: make(chan struct{}, 1)}
-	l.parents.Max = maxKnownParents
+	l.parents = &knownset.Set{Max: maxKnownParents}
 	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
 	s.conn = conn
 	s.janitor = l.addOrphan
@@ -181,6 +197,7 @@ func (l *locker) Capabilities() driver.Capabilities {
 
 func (l *locker) Close() error {
 	l.once.Do(func() {
+		l.stopGrowing()
 		l.bg.Stop()
 		if l.own {
 			// Closing the session deletes every node it owns: the
@@ -201,6 +218,7 @@ func (l *locker) Close() error {
 		if l.own {
 			l.conn.Close()
 		}
+		l.closeShards()
 	})
 	return nil
 }
@@ -233,10 +251,13 @@ func (l *locker) acquire(ctx context.Context, req driver.Request, wait bool) (dr
 	if err := l.check(); err != nil {
 		return nil, err
 	}
-	if l.cfg.recipe == RecipeBasic && req.Permits == 0 {
-		return l.basicAcquire(ctx, req, wait)
+	l.busy(1)
+	defer l.busy(-1)
+	x := l.shard(req.Name)
+	if x.cfg.recipe == RecipeBasic && req.Permits == 0 {
+		return x.basicAcquire(ctx, req, wait)
 	}
-	return l.fairAcquire(ctx, req, wait)
+	return x.fairAcquire(ctx, req, wait)
 }
 
 // parent returns the znode of name: the parent of its queue (fair) or of

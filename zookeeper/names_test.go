@@ -44,15 +44,15 @@ func TestParseChild(t *testing.T) {
 }
 
 func TestParseURL(t *testing.T) {
-	p, err := parseURL("zk://u%40x:s3cr%2Ft@127.0.0.1:2181,127.0.0.2,[::1]:2182/locks/app?session_timeout=2s&recipe=basic&connect_timeout=500ms")
+	p, err := parseURL("zk://u%40x:s3cr%2Ft@127.0.0.1:2181,127.0.0.2,[::1]:2182/locks/app?session_timeout=2s&recipe=basic&connect_timeout=500ms&sessions=2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(p.hosts, ",") != "127.0.0.1:2181,127.0.0.2:2181,[::1]:2182" || p.user != "u@x" || p.password != "s3cr/t" ||
-		p.prefix != "/locks/app" || p.recipe != RecipeBasic || p.sessionTimeout.String() != "2s" || p.connectTimeout.String() != "500ms" {
+		p.prefix != "/locks/app" || p.recipe != RecipeBasic || p.sessionTimeout.String() != "2s" || p.connectTimeout.String() != "500ms" || p.sessions != 2 {
 		t.Errorf("parseURL = %+v", p)
 	}
-	if p, err := parseURL("zk://h"); err != nil || p.prefix != DefaultPrefix || p.recipe != RecipeFair || p.sessionTimeout != DefaultSessionTimeout {
+	if p, err := parseURL("zk://h"); err != nil || p.prefix != DefaultPrefix || p.recipe != RecipeFair || p.sessionTimeout != DefaultSessionTimeout || p.sessions != defaultSessions {
 		t.Errorf("defaults: %+v, %v", p, err)
 	}
 	for _, raw := range []string{
@@ -66,6 +66,9 @@ func TestParseURL(t *testing.T) {
 		"zk://h:0",                    // bad port
 		"zk://h:x",                    // bad port
 		"zk://user@h",                 // no password
+		"zk://h/?sessions=0",          // at least one
+		"zk://h/?sessions=17",         // at most maxSessions
+		"zk://h/?sessions=x",
 		"redis://h",
 	} {
 		if _, err := parseURL(raw); !errors.Is(err, driver.ErrInvalidOption) {

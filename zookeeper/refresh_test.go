@@ -57,9 +57,9 @@ func untilArmed(t testing.TB, ctx context.Context, ls *dlock.Lease, dl *lease) {
 
 // TestRefreshesShareRoundTrips: refreshes of watched nodes share round
 // trips: 100 at once send a few requests, and not none (each needs a
-// request sent after it began). The grant's own watch serves (the basic
-// recipe's pipelined read, the fair recipe's lazy watch): no refresh has
-// to set one first.
+// request sent after it began). The grant's own watch serves (the lazy
+// watch each recipe sets lazyWatch after an uncontended grant): no refresh
+// has to set one first.
 func TestRefreshesShareRoundTrips(t *testing.T) {
 	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
 		ctx := testenv.Context(t, 30*time.Second)

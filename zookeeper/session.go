@@ -292,24 +292,10 @@ func (s *session) removeLocked(ls *lease) {
 }
 
 // pathWatch counts the events on one path that reached onEvent while
-// someone (a lease, an acquisition about to set a watch) asked for it.
+// a lease asked for it.
 type pathWatch struct {
 	refs  int // guarded by session.mu
 	fires atomic.Uint64
-}
-
-// watchPath starts counting path's events (or adds a reference to the
-// count); unwatchPath drops the reference.
-func (s *session) watchPath(path string) *pathWatch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.watchLocked(path)
-}
-
-func (s *session) unwatchPath(path string) {
-	s.mu.Lock()
-	s.unwatchLocked(path)
-	s.mu.Unlock()
 }
 
 func (s *session) watchLocked(path string) *pathWatch {

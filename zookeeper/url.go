@@ -105,6 +105,7 @@ type parsedURL struct {
 	recipe         string
 	sessionTimeout time.Duration
 	connectTimeout time.Duration
+	sessions       int // at most this many sessions (shards.go)
 }
 
 // parseURL reads zk://[user:password@]host[:port][,host[:port]...][/prefix][?params].
@@ -155,6 +156,7 @@ func parseURL(raw string) (*parsedURL, error) {
 	p.sessionTimeout = params.Duration("session_timeout", DefaultSessionTimeout)
 	p.connectTimeout = params.Duration("connect_timeout", DefaultConnectTimeout)
 	p.recipe = params.Enum("recipe", RecipeFair, RecipeFair, RecipeBasic)
+	p.sessions = params.Int("sessions", defaultSessions, 1, maxSessions)
 	if err := params.Err(); err != nil {
 		return nil, fmt.Errorf("zookeeper: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -503,6 +504,96 @@ func TestFreshNameCostsOneTransactionMore(t *testing.T) {
 		fresh := txns(func(i int) string { return fmt.Sprintf("fresh%d", i) })
 		if fresh != reused+1 {
 			t.Errorf("acquire+release: %d transactions on a fresh name, %d on a name in use; want exactly one more (the parent)", fresh, reused)
+		}
+	})
+}
+
+// TestRequestsPerUse counts the requests an uncontended acquire+release
+// of a name in use sends (the floor's 2: the grant's multi and the
+// release), and a TryAcquire of a held lock with the basic recipe (1: the
+// failed multi; the read with a watch is a waiter's, after its create
+// failed). Each count is the least of 5 tries: a lease held past
+// lazyWatch sets its watch, one request more.
+func TestRequestsPerUse(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		dl := open(t, srv.URL, prefix, "recipe="+recipe)
+		d := driverOf(dl)
+		ctx := testenv.Context(t, 30*time.Second)
+		least := func(f func()) int64 {
+			best := int64(math.MaxInt64)
+			for range 5 {
+				before := d.s.tr.sent.Load()
+				f()
+				best = min(best, d.s.tr.sent.Load()-before)
+			}
+			return best
+		}
+		cycle := func() {
+			if err := use(ctx, dl, "u"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cycle() // the parent exists
+		if n := least(cycle); n != 2 {
+			t.Errorf("acquire+release sent %d requests, want 2", n)
+		}
+		if recipe != RecipeBasic {
+			return
+		}
+		other := open(t, srv.URL, prefix, "recipe="+recipe)
+		h, err := other.Acquire(ctx, "u", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		if n := least(func() {
+			if _, err := dl.TryAcquire(ctx, "u", nil); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("TryAcquire of a held lock: %v", err)
+			}
+		}); n != 1 {
+			t.Errorf("TryAcquire of a held lock sent %d requests, want 1", n)
+		}
+	})
+}
+
+// goroutinesCreated is the count of goroutines this process has created.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestGoroutinesPerUse: an uncontended acquire+release, released before
+// lazyWatch, starts two goroutines, the create's and the release's delete
+// (each lets its caller return when its context ends while the request is
+// in flight: go-zookeeper's calls take no context), and none for the
+// lease's lazy watch (a timer's function) or for the portable layer to
+// wait on its loss (OnLost). It was 4.
+func TestGoroutinesPerUse(t *testing.T) {
+	forRecipes(t, func(t *testing.T, srv *testenv.Server, admin *zk.Conn, prefix, recipe string) {
+		l := open(t, srv.URL, prefix, "recipe="+recipe)
+		ctx := context.Background()
+		use := func() {
+			ls, err := l.Acquire(ctx, "u", &dlock.AcquireOptions{NoKeepAlive: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		use() // the parent exists
+		const n = 50
+		best := math.Inf(1)
+		for range 3 {
+			before := goroutinesCreated()
+			for range n {
+				use()
+			}
+			best = min(best, float64(goroutinesCreated()-before)/n)
+		}
+		if best > 2.2 {
+			t.Errorf("%.2f goroutines created per acquire+release, want 2", best)
 		}
 	})
 }
