@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
@@ -43,10 +44,11 @@ func EtcdTTLNote() string {
 
 // etcdNotes are the notes of the etcd targets by Impl.
 var etcdNotes = map[string]string{
-	"etcd-floor": "grant an etcd lease of the TTL; one transaction: put-if-absent (create revision 0) of " +
-		"<queue>/<lease id> under that lease, and a read of the queue's lowest create revision (held when it is " +
-		"the key's own; the fencing token is that create revision, durable before it is returned); delete the key " +
-		"(the lease is revoked off the path, in the background): 3 round trips",
+	"etcd-floor": "an etcd lease of the TTL (a second more from 10 s), reused while it still holds a whole TTL " +
+		"(0.9 s after its grant or renewal, as the etcd driver's), renewed or granted otherwise; one transaction: " +
+		"put-if-absent (create revision 0) of <queue>/<lease id>-<tag> under that lease, and a read of the " +
+		"queue's lowest create revision (held when it is the key's own; the fencing token is that create " +
+		"revision, durable before it is returned); delete the key: 2 round trips",
 	"etcd-rtt": "a linearizable Get of one key (a read through the leader's quorum check)",
 	"etcd Mutex": "go.etcd.io/etcd/client/v3/concurrency Mutex v3.5 as its users write it: one Session per " +
 		"client, made once (TTL the common lease, its keep-alive as shipped), a NewMutex per acquisition, Lock and " +
@@ -110,12 +112,32 @@ var etcdEscape = strings.NewReplacer("%", "%25", "/", "%2F")
 type etcdFloor struct {
 	cli    *clientv3.Client
 	prefix string
-	ttl    int64
+	ttl    int64 // the TTL, whole seconds
 	// revoke takes the leases to revoke off the acquire/release path.
 	revoke chan clientv3.LeaseID
 	done   chan struct{}
 	closed sync.Once
+
+	mu     sync.Mutex
+	spares []etcdFloorLease // leases whose key is deleted, for the next use
 }
+
+// etcdFloorLease is an etcd lease of the floor's and its key's name.
+type etcdFloorLease struct {
+	id      clientv3.LeaseID
+	tag     uint64    // random, drawn at the grant: the key's name is this grant's own
+	renewed time.Time // start of the last grant or renewal
+}
+
+// The floor keeps the etcd driver's lease rule, so that it saves the round
+// trips the driver saves and no more: from 10 s, a lease is granted a
+// second longer than the TTL and reused without renewal for 0.9 s after
+// its grant or renewal, while it still holds a whole TTL; shorter TTLs
+// renew at each use.
+const (
+	etcdFloorSpareFrom = 10 // seconds
+	etcdFloorReuse     = 900 * time.Millisecond
+)
 
 // etcdRevokeTimeout bounds one background revocation.
 const etcdRevokeTimeout = 5 * time.Second
@@ -131,8 +153,8 @@ func openEtcdFloor(ctx context.Context, t Target) (Client, error) {
 	return &retryClient{try: f.tryAcquire, close: f.close}, nil
 }
 
-// revoker revokes the leases of released (or failed) attempts, so that
-// the server does not keep thousands of idle leases for a TTL.
+// revoker revokes the leases of failed attempts and, at close, the
+// spares, so that the server does not keep idle leases for a TTL.
 func (f *etcdFloor) revoker() {
 	defer close(f.done)
 	for id := range f.revoke {
@@ -156,53 +178,109 @@ func (f *etcdFloor) revokeLater(id clientv3.LeaseID) {
 	}
 }
 
-// grant grants a lease of the floor's TTL. It is not cancelled by ctx:
-// a grant cancelled in flight may be made on the server with its ID never
-// learnt, a lease nobody revokes. A ctx that ended meanwhile revokes it
-// and returns ctx's error.
-func (f *etcdFloor) grant(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+// leaseSeconds is the etcd lease's TTL, reuse how long after its grant or
+// renewal it may be used again without a renewal.
+func (f *etcdFloor) leaseSeconds() (secs int64, reuse time.Duration) {
+	if f.ttl >= etcdFloorSpareFrom {
+		return f.ttl + 1, etcdFloorReuse
+	}
+	return f.ttl, 0
+}
+
+// lease returns a lease that holds a whole TTL from now: a spare reused
+// or renewed, or a new grant. A grant is not cancelled by ctx: a grant
+// cancelled in flight may be made on the server with its ID never learnt,
+// a lease nobody revokes; a ctx that ended meanwhile revokes it.
+func (f *etcdFloor) lease(ctx context.Context) (etcdFloorLease, error) {
+	secs, reuse := f.leaseSeconds()
+	f.mu.Lock()
+	var sp etcdFloorLease
+	ok := len(f.spares) > 0
+	if ok {
+		sp = f.spares[len(f.spares)-1]
+		f.spares = f.spares[:len(f.spares)-1]
+	}
+	f.mu.Unlock()
+	start := time.Now()
+	if ok && start.Sub(sp.renewed) < reuse {
+		return sp, nil
+	}
+	if ok {
+		if _, err := f.cli.KeepAliveOnce(ctx, sp.id); err == nil {
+			sp.renewed = start
+			return sp, nil
+		}
+		f.revokeLater(sp.id)
+	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), etcdRevokeTimeout)
 	defer cancel()
-	g, err := f.cli.Grant(gctx, f.ttl)
-	if err == nil && ctx.Err() != nil {
-		f.revokeLater(g.ID)
-		return nil, ctx.Err()
+	g, err := f.cli.Grant(gctx, secs)
+	if err != nil {
+		return etcdFloorLease{}, err
 	}
-	return g, err
+	if ctx.Err() != nil {
+		f.revokeLater(g.ID)
+		return etcdFloorLease{}, ctx.Err()
+	}
+	return etcdFloorLease{id: g.ID, tag: rand.Uint64(), renewed: start}, nil
+}
+
+// keep puts back a lease whose key is deleted, for the next use.
+func (f *etcdFloor) keep(sp etcdFloorLease) {
+	f.mu.Lock()
+	f.spares = append(f.spares, sp)
+	f.mu.Unlock()
+}
+
+// deleted ends a use of sp's key: kept for the next use when the delete
+// succeeded, revoked (which deletes the key, if it is there) otherwise.
+func (f *etcdFloor) deleted(sp etcdFloorLease, err error) error {
+	if err != nil {
+		f.revokeLater(sp.id)
+		return err
+	}
+	f.keep(sp)
+	return nil
 }
 
 func (f *etcdFloor) tryAcquire(ctx context.Context, name string) (Held, bool, error) {
-	g, err := f.grant(ctx)
+	sp, err := f.lease(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	q := f.prefix + "/" + etcdEscape.Replace(name) + "/"
-	key := fmt.Sprintf("%s%016x", q, int64(g.ID))
+	key := fmt.Sprintf("%s%016x-%016x", q, int64(sp.id), sp.tag)
 	resp, err := f.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, "", clientv3.WithLease(g.ID)), clientv3.OpGet(q, clientv3.WithFirstCreate()...)).
+		Then(clientv3.OpPut(key, "", clientv3.WithLease(sp.id)), clientv3.OpGet(q, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		f.revokeLater(g.ID) // the key, if it was made, goes with it
+		f.revokeLater(sp.id) // the key, if it was made, goes with it
 		return nil, false, err
 	}
-	if !resp.Succeeded { // a fresh lease's key cannot exist
-		f.revokeLater(g.ID)
+	if !resp.Succeeded { // a deleted key's name: it cannot exist
+		f.revokeLater(sp.id)
 		return nil, false, fmt.Errorf("bench: etcd floor: key %s already exists", key)
 	}
 	rev := resp.Header.Revision // the key's create revision: made by this transaction
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].CreateRevision != rev {
 		_, err := f.cli.Delete(ctx, key)
-		f.revokeLater(g.ID)
-		return nil, false, err
+		return nil, false, f.deleted(sp, err)
 	}
-	return &etcdFloorHeld{f: f, key: key, lease: g.ID, token: uint64(rev)}, true, nil
+	return &etcdFloorHeld{f: f, key: key, lease: sp, token: uint64(rev)}, true, nil
 }
 
-// close waits for the revocations handed to the revoker, then closes the
-// client; it may be called again.
+// close revokes the spares, waits for the revocations handed to the
+// revoker, then closes the client; it may be called again.
 func (f *etcdFloor) close() (err error) {
 	f.closed.Do(func() {
+		f.mu.Lock()
+		spares := f.spares
+		f.spares = nil
+		f.mu.Unlock()
+		for _, sp := range spares {
+			f.revokeLater(sp.id)
+		}
 		close(f.revoke)
 		<-f.done
 		err = f.cli.Close()
@@ -214,18 +292,17 @@ func (f *etcdFloor) close() (err error) {
 type etcdFloorHeld struct {
 	f     *etcdFloor
 	key   string
-	lease clientv3.LeaseID
+	lease etcdFloorLease
 	token uint64
 }
 
 func (h *etcdFloorHeld) Token() uint64 { return h.token }
 
-// Release deletes the key (its name is its lease's: no other owner's key
-// has it) and revokes the lease off the path.
+// Release deletes the key (its name is its lease grant's: no other
+// owner's key has it) and keeps the lease for the next use.
 func (h *etcdFloorHeld) Release(ctx context.Context) error {
 	_, err := h.f.cli.Delete(ctx, h.key)
-	h.f.revokeLater(h.lease)
-	return err
+	return h.f.deleted(h.lease, err)
 }
 
 // openEtcdRTT opens the raw round trip: a linearizable Get.

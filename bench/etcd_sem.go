@@ -9,10 +9,10 @@ import (
 )
 
 // etcdSemFloorNote says what etcd's semaphore floor sends.
-const etcdSemFloorNote = "grant an etcd lease of the TTL; one transaction: put-if-absent of <semaphore>/<lease id> under " +
-	"that lease and a read of the semaphore's N lowest create revisions (held when the key's own is among them; " +
-	"the token is that create revision); a waiter watches the prefix for deletes and reads again after each " +
-	"(once the watch is confirmed, then after every delete); delete the key (the lease is revoked off the path): 3 round trips uncontended"
+const etcdSemFloorNote = "an etcd lease of the TTL, reused as the lock floor's (etcd.go); one transaction: put-if-absent of " +
+	"<semaphore>/<lease id>-<tag> under that lease and a read of the semaphore's N lowest create revisions (held when the " +
+	"key's own is among them; the token is that create revision); a waiter watches the prefix for deletes and reads again " +
+	"after each (once the watch is confirmed, then after every delete); delete the key: 2 round trips uncontended"
 
 // etcdSemFloor is etcd's semaphore floor on one client: the lock floor's
 // recipe (etcd.go) with the N lowest create revisions holding instead of
@@ -39,28 +39,28 @@ func openEtcdSemFloor(ctx context.Context, serverURL string, permits int) (Clien
 const etcdCleanupTimeout = 5 * time.Second
 
 func (f *etcdSemFloor) Acquire(ctx context.Context, name string) (Held, error) {
-	g, err := f.grant(ctx)
+	sp, err := f.lease(ctx)
 	if err != nil {
 		return nil, err
 	}
 	q := f.prefix + "/" + etcdEscape.Replace(name) + "/"
-	key := fmt.Sprintf("%s%016x", q, int64(g.ID))
+	key := fmt.Sprintf("%s%016x-%016x", q, int64(sp.id), sp.tag)
 	lowest := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
 		clientv3.WithLimit(int64(f.permits)), clientv3.WithKeysOnly()}
 	resp, err := f.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, "", clientv3.WithLease(g.ID)), clientv3.OpGet(q, lowest...)).
+		Then(clientv3.OpPut(key, "", clientv3.WithLease(sp.id)), clientv3.OpGet(q, lowest...)).
 		Commit()
 	if err != nil {
-		f.revokeLater(g.ID) // the key, if it was made, goes with it
+		f.revokeLater(sp.id) // the key, if it was made, goes with it
 		return nil, err
 	}
-	if !resp.Succeeded { // a fresh lease's key cannot exist
-		f.revokeLater(g.ID)
+	if !resp.Succeeded { // a deleted key's name: it cannot exist
+		f.revokeLater(sp.id)
 		return nil, fmt.Errorf("bench: etcd semaphore floor: key %s already exists", key)
 	}
 	mine := resp.Header.Revision // the key's create revision
-	held := &etcdFloorHeld{f: f.etcdFloor, key: key, lease: g.ID, token: uint64(mine)}
+	held := &etcdFloorHeld{f: f.etcdFloor, key: key, lease: sp, token: uint64(mine)}
 	if etcdHolds((*clientv3.GetResponse)(resp.Responses[1].GetResponseRange()), mine) {
 		return held, nil
 	}
