@@ -221,3 +221,53 @@ func TestURLMode(t *testing.T) {
 		t.Errorf("redis row lacks its baselines: floor %d ns, rtt %d ns, %v commands per grant", r.FloorNs, r.BaselineRTT, r.ServerCmdsPerGrant)
 	}
 }
+
+// TestHandoffPacedReferences runs the handoff workload against a real
+// Redis (-url): every round of every configuration measures the paced
+// references its rows' ideal needs, report.json carries them apart from
+// the rows (no row of a floor or round trip in the handoff), and the
+// dlock row's ideal is built from them round by round.
+func TestHandoffPacedReferences(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	args := []string{"-quick", "-rounds", "2", "-scale", "0.2", "-workload", "handoff", "-url", srv.URL, "-out", dir}
+	if err := run(ctx, args, &out, &errb); err != nil {
+		t.Fatalf("dlockbench: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]bool{}
+	for _, r := range rep.Rows {
+		labels[r.Label] = true
+		if r.Kind != bench.KindDlock && r.Kind != bench.KindPeer {
+			t.Errorf("row %s (%s) in %q: the references are not rows", r.Backend, r.Kind, r.Label)
+		}
+		if r.Backend == "redis" && r.Skipped == "" && (r.Ideal == nil || r.IdealGap == nil || r.IdealGap.Rounds != 2) {
+			t.Errorf("redis on %q: ideal %+v, gap %+v; want both from the 2 rounds' paced references", r.Label, r.Ideal, r.IdealGap)
+		}
+	}
+	if len(labels) != 4 {
+		t.Fatalf("configurations %v; want -quick's 4 handoff configurations", labels)
+	}
+	got := map[string]int{}
+	for _, p := range rep.Paced {
+		if p.LastError != "" || len(p.Rounds) != 2 || !labels[p.Label] {
+			t.Errorf("paced %s on %q: %+v; want 2 rounds of a configuration of the run", p.Backend, p.Label, p)
+		}
+		got[p.Backend]++
+	}
+	for _, ref := range []string{"floor redis", "floor redis unfenced", "rtt redis"} {
+		if got[ref] != len(labels) {
+			t.Errorf("%s measured paced in %d configurations; want %d", ref, got[ref], len(labels))
+		}
+	}
+}

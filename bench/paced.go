@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// PacedSamples is how many timed operations a paced reference measures
+// per round: the floor's releases, or the raw round trips, each after a
+// pause of the configuration's hold. An odd count has a middle value.
+const PacedSamples = 15
+
+// pacedTimeout bounds one paced reference's measurement in one round.
+const pacedTimeout = 30 * time.Second
+
+// Paced is one reference of the handoff's ideal measured in the
+// handoff's own conditions: a strategy floor's release, or the server's
+// raw round trip, by one client that sleeps the configuration's hold
+// before each timed operation, as a holder sleeps before it releases and
+// a waiter has been idle before it is told. After a millisecond idle the
+// server and the client wake cold: a Redis SET takes about three times
+// its tight-loop round trip then, so a gap taken from the uncontended
+// workload's tight loop puts the ideal out of reach by construction.
+type Paced struct {
+	// Label is the workload configuration whose rows it judges.
+	Label string `json:"label"`
+	// Backend is the floor or round-trip target's name, Kind its kind.
+	Backend string `json:"backend"`
+	Kind    string `json:"kind"`
+	Server  string `json:"server,omitempty"`
+	// HoldNs is the pause before each timed operation (0: none, the
+	// tight figures).
+	HoldNs int64 `json:"hold_ns"`
+	// Rounds are the per-round p50s, measured in the round of the rows
+	// with the same index.
+	Rounds []PacedRound `json:"rounds"`
+	// LastError is the last measurement that failed (its round is left
+	// out).
+	LastError string `json:"last_error,omitempty"`
+}
+
+// PacedRound is one round of a paced reference.
+type PacedRound struct {
+	Round int `json:"round"`
+	// P50Ns is the p50 of the timed operations: the floor's release, or
+	// one round trip.
+	P50Ns   int64 `json:"p50_ns"`
+	Samples int   `json:"samples"`
+}
+
+// p50 returns the reference's p50 in a round (none for a nil reference).
+func (p *Paced) p50(round int) (int64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	for _, r := range p.Rounds {
+		if r.Round == round && r.P50Ns > 0 {
+			return r.P50Ns, true
+		}
+	}
+	return 0, false
+}
+
+// PacedTargets returns the references of the ideal of the rows of
+// contenders: the floor and round-trip targets (among all) that they
+// name, in the order of all.
+func PacedTargets(contenders, all []Target) []Target {
+	var out []Target
+	for _, t := range all {
+		if t.Kind != KindFloor && t.Kind != KindRTT {
+			continue
+		}
+		if slices.ContainsFunc(contenders, func(c Target) bool {
+			return c.Contends() && (c.Floor == t.Name || c.RTT == t.Name)
+		}) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Pacer measures the paced references of a run (see Paced), one client
+// per reference kept open over the run so that a round measures the
+// operation, not a connection. Not safe for concurrent use.
+type Pacer struct {
+	prefix  string
+	clients map[string]Client
+	names   map[string]string // target → its lock name
+	refs    []*Paced
+}
+
+// NewPacer returns a Pacer with no client open yet.
+func NewPacer() *Pacer {
+	return &Pacer{prefix: fmt.Sprintf("dlockbench-paced-%04x", rand.Uint32()&0xffff), clients: map[string]Client{}, names: map[string]string{}}
+}
+
+// Measure measures, in round round of the configuration w, every
+// reference of refs, one after another in Rotation order: PacedSamples
+// timed operations each, each after a sleep of w.Hold. A reference that
+// fails has its error in its Paced and no figure that round.
+func (p *Pacer) Measure(ctx context.Context, refs []Target, w Workload, round int) {
+	for _, i := range Rotation(len(refs), round) {
+		if ctx.Err() != nil {
+			return
+		}
+		t := refs[i]
+		ref := p.ref(t, w)
+		p50, err := p.measure(ctx, t, w.Hold)
+		if err != nil {
+			ref.LastError = fmt.Sprintf("round %d: %v", round+1, err)
+			continue
+		}
+		ref.Rounds = append(ref.Rounds, PacedRound{Round: round, P50Ns: p50, Samples: PacedSamples})
+	}
+}
+
+// References returns what the Pacer measured, one Paced per reference
+// and configuration.
+func (p *Pacer) References() []*Paced { return p.refs }
+
+// Close closes the Pacer's clients.
+func (p *Pacer) Close() error {
+	var first error
+	for _, c := range p.clients {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	clear(p.clients)
+	return first
+}
+
+func (p *Pacer) ref(t Target, w Workload) *Paced {
+	label := w.Label()
+	for _, r := range p.refs {
+		if r.Label == label && r.Backend == t.Name {
+			return r
+		}
+	}
+	r := &Paced{Label: label, Backend: t.Name, Kind: t.Kind, Server: t.Server, HoldNs: int64(w.Hold)}
+	p.refs = append(p.refs, r)
+	return r
+}
+
+// measure returns the p50 of PacedSamples timed operations of t (a
+// floor's release, a round trip), each after a sleep of hold.
+func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, pacedTimeout)
+	defer cancel()
+	name, ok := p.names[t.Name]
+	if !ok {
+		// A name of its own: no two references share a lock.
+		name = fmt.Sprintf("%s-%d", p.prefix, len(p.names))
+		p.names[t.Name] = name
+	}
+	c, err := p.client(ctx, t, name)
+	if err != nil {
+		return 0, err
+	}
+	ns := make([]int64, 0, PacedSamples)
+	for range PacedSamples {
+		var d int64
+		if t.Kind == KindRTT {
+			// The round trip is the acquire; its release does nothing.
+			time.Sleep(hold)
+			t0 := Now()
+			if _, err := c.Acquire(ctx, name); err != nil {
+				return 0, err
+			}
+			d = Now() - t0
+		} else {
+			h, err := c.Acquire(ctx, name)
+			if err != nil {
+				return 0, err
+			}
+			time.Sleep(hold)
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			t0 := Now()
+			err = h.Release(rctx)
+			d = Now() - t0
+			rcancel()
+			if err != nil {
+				return 0, fmt.Errorf("release: %w", err)
+			}
+		}
+		ns = append(ns, d)
+	}
+	slices.Sort(ns)
+	return ns[len(ns)/2], nil
+}
+
+// client returns t's open client, opening it (and warming it with one
+// untimed operation on name) the first time.
+func (p *Pacer) client(ctx context.Context, t Target, name string) (Client, error) {
+	if c, ok := p.clients[t.Name]; ok {
+		return c, nil
+	}
+	c, err := Open(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	h, err := c.Acquire(ctx, name)
+	if err == nil {
+		err = h.Release(ctx)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	p.clients[t.Name] = c
+	return c, nil
+}
