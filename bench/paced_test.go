@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // TestPacedTargets: the references of a configuration are the floors and
@@ -33,16 +31,7 @@ func TestPacedTargets(t *testing.T) {
 // measured after the hold (the rounds take at least their sleeps), and a
 // configuration without a hold measures its tight figures.
 func TestPacerOnRedis(t *testing.T) {
-	srv := testenv.Redis(t)
-	s := &Server{ID: "redis", Backend: "redis", URL: srv.URL}
-	defer s.Close()
-	all, _ := TargetsFor(s)
-	var dl []Target
-	for _, tg := range all {
-		if tg.Name == "redis" || tg.Name == "redislock" {
-			dl = append(dl, tg)
-		}
-	}
+	_, all, dl := redisTargets(t, "redis", "redislock")
 	refs := PacedTargets(dl, all)
 	var names []string
 	for _, r := range refs {
@@ -85,7 +74,7 @@ func TestPacerOnRedis(t *testing.T) {
 			continue
 		}
 		for i, pr := range r.Rounds {
-			if pr.Round != i || pr.P50Ns <= 0 || pr.Samples != PacedSamples {
+			if pr.Round != i || pr.P50Ns <= 0 || pr.Samples != PacedSamples || pr.ElapsedNs < int64(PacedSamples)*wantHold {
 				t.Errorf("%s on %q round %d: %+v", r.Backend, r.Label, i, pr)
 			}
 		}

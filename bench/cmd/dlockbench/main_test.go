@@ -25,27 +25,14 @@ func TestMain(m *testing.M) {
 func TestQuickSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	err := run(ctx, []string{"-quick", "-workload", "uncontended", "-backend", "memory", "-out", dir}, &out, &errb)
-	if err != nil {
-		t.Fatalf("dlockbench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
-	}
+	rep, dir, out, errb := runReport(t, ctx, "-quick", "-workload", "uncontended", "-backend", "memory")
 	for _, want := range []string{"== uncontended", "memory", "mutual-exclusion violations: 0", "machine load: loadavg", "3 rounds per workload"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(errb.String(), "\r") {
+	if strings.Contains(errb, "\r") {
 		t.Error("a progress bar was drawn although stderr is not a terminal")
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
 	}
 	// One row on one name, one on fresh names.
 	if len(rep.Rows) != 2 {
@@ -194,19 +181,7 @@ func TestURLMode(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	if err := run(ctx, []string{"-quick", "-workload", "uncontended", "-url", srv.URL, "-out", dir}, &out, &errb); err != nil {
-		t.Fatalf("dlockbench: %v\n%s\n%s", err, out.String(), errb.String())
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _, out, _ := runReport(t, ctx, "-quick", "-workload", "uncontended", "-url", srv.URL)
 	rows := map[string]*bench.Row{}
 	for _, r := range rep.Rows {
 		rows[r.Backend] = r
@@ -214,7 +189,7 @@ func TestURLMode(t *testing.T) {
 	for _, want := range []string{"redis", "floor redis", "rtt redis", "redsync", "redislock"} {
 		r := rows[want]
 		if r == nil || r.Grants == 0 {
-			t.Errorf("row %q missing or empty in %s", want, out.String())
+			t.Errorf("row %q missing or empty in %s", want, out)
 		}
 	}
 	if r := rows["redis"]; r != nil && (r.FloorNs == 0 || r.BaselineRTT == 0 || r.ServerCmdsPerGrant <= 0) {
@@ -231,20 +206,7 @@ func TestHandoffPacedReferences(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	args := []string{"-quick", "-rounds", "2", "-scale", "0.2", "-workload", "handoff", "-url", srv.URL, "-out", dir}
-	if err := run(ctx, args, &out, &errb); err != nil {
-		t.Fatalf("dlockbench: %v\n%s\n%s", err, out.String(), errb.String())
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _, _, _ := runReport(t, ctx, "-quick", "-rounds", "2", "-scale", "0.2", "-workload", "handoff", "-url", srv.URL)
 	labels := map[string]bool{}
 	for _, r := range rep.Rows {
 		labels[r.Label] = true
@@ -270,4 +232,25 @@ func TestHandoffPacedReferences(t *testing.T) {
 			t.Errorf("%s measured paced in %d configurations; want %d", ref, got[ref], len(labels))
 		}
 	}
+}
+
+// runReport runs dlockbench with args into a temporary report directory
+// and returns the report.json it wrote, read back, the directory, and
+// its standard output and standard error.
+func runReport(t *testing.T, ctx context.Context, args ...string) (rep *bench.Report, dir, stdout, stderr string) {
+	t.Helper()
+	dir = t.TempDir()
+	var out, errb bytes.Buffer
+	if err := run(ctx, append(args, "-out", dir), &out, &errb); err != nil {
+		t.Fatalf("dlockbench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = &bench.Report{}
+	if err := json.Unmarshal(b, rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, dir, out.String(), errb.String()
 }
