@@ -49,6 +49,8 @@ type PacedRound struct {
 	// one round trip.
 	P50Ns   int64 `json:"p50_ns"`
 	Samples int   `json:"samples"`
+	// ElapsedNs is what measuring it took (the run's cost of it).
+	ElapsedNs int64 `json:"elapsed_ns"`
 }
 
 // p50 returns the reference's p50 in a round (none for a nil reference).
@@ -108,12 +110,13 @@ func (p *Pacer) Measure(ctx context.Context, refs []Target, w Workload, round in
 		}
 		t := refs[i]
 		ref := p.ref(t, w)
+		t0 := time.Now()
 		p50, err := p.measure(ctx, t, w.Hold)
 		if err != nil {
 			ref.LastError = fmt.Sprintf("round %d: %v", round+1, err)
 			continue
 		}
-		ref.Rounds = append(ref.Rounds, PacedRound{Round: round, P50Ns: p50, Samples: PacedSamples})
+		ref.Rounds = append(ref.Rounds, PacedRound{Round: round, P50Ns: p50, Samples: PacedSamples, ElapsedNs: int64(time.Since(t0))})
 	}
 }
 
