@@ -114,6 +114,11 @@ func (p *Pacer) Measure(ctx context.Context, refs []Target, w Workload, round in
 		p50, err := p.measure(ctx, t, w.Hold)
 		if err != nil {
 			ref.LastError = fmt.Sprintf("round %d: %v", round+1, err)
+			// Its client may be broken: the next round opens another.
+			if c, ok := p.clients[t.Name]; ok {
+				c.Close()
+				delete(p.clients, t.Name)
+			}
 			continue
 		}
 		ref.Rounds = append(ref.Rounds, PacedRound{Round: round, P50Ns: p50, Samples: PacedSamples, ElapsedNs: int64(time.Since(t0))})
@@ -124,7 +129,8 @@ func (p *Pacer) Measure(ctx context.Context, refs []Target, w Workload, round in
 // and configuration.
 func (p *Pacer) References() []*Paced { return p.refs }
 
-// Close closes the Pacer's clients.
+// Close closes the Pacer's clients (a later Measure opens them again);
+// what they measured stays.
 func (p *Pacer) Close() error {
 	var first error
 	for _, c := range p.clients {

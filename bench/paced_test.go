@@ -2,6 +2,7 @@ package bench
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,5 +79,27 @@ func TestPacerOnRedis(t *testing.T) {
 				t.Errorf("%s on %q round %d: %+v", r.Backend, r.Label, i, pr)
 			}
 		}
+	}
+}
+
+// TestPacerRecordsFailures: a reference that cannot be measured (its
+// server is down) records why, has no figure for the round, and is tried
+// again the next round.
+func TestPacerRecordsFailures(t *testing.T) {
+	s := &Server{ID: "down", Backend: "redis", URL: "redis://127.0.0.1:1/0"}
+	all, _ := TargetsFor(s)
+	refs := PacedTargets(all, all)
+	if len(refs) == 0 {
+		t.Fatal("no references for a Redis server")
+	}
+	p := NewPacer()
+	defer p.Close()
+	w := Workload{Kind: Handoff, Clients: 8, Names: 1}
+	ctx := ctxT(t, time.Minute)
+	p.Measure(ctx, refs[:1], w, 0)
+	p.Measure(ctx, refs[:1], w, 1)
+	got := p.References()
+	if len(got) != 1 || len(got[0].Rounds) != 0 || !strings.HasPrefix(got[0].LastError, "round 2: ") {
+		t.Fatalf("references of a server that is down: %+v; want one, no rounds, the second round's error", got)
 	}
 }

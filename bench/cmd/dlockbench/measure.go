@@ -106,6 +106,10 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		for _, c := range together {
 			out[c.index] = m.finish(c)
 		}
+		// The references' clients are done: idle, they would still run
+		// beside what follows (a ZooKeeper session's pings beside the
+		// leases curve's CPU reading).
+		m.pacer.Close()
 	}
 	for i, w := range plan {
 		if w.Kind != bench.OpenLoop || ctx.Err() != nil {
