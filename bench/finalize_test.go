@@ -222,7 +222,7 @@ func TestFinalizeNoPeerRatioInTheOpenLoop(t *testing.T) {
 
 // TestFinalizeIdealFromPacedReferences: the handoff ideal's gap is, round
 // by round, the paced floor release plus the paced round trip measured in
-// that round of the configuration, not the uncontended tight loop's; the
+// that round with the row's hold, not the uncontended tight loop's; the
 // tight gap stays in the row (ideal_gap_hot_ns, the hot ideal) for
 // comparison; a round without its paced references falls back to the
 // hot gap, and a row whose floor has neither gets no ideal.
@@ -238,15 +238,14 @@ func TestFinalizeIdealFromPacedReferences(t *testing.T) {
 	floor := roundsRow("floor", KindFloor, Uncontended, uses(50_000, 50_000, 50_000, 50_000)...)
 	floor.P50, floor.ReleaseP50 = 30_000, 20_000
 	rtt := roundsRow("rtt", KindRTT, Uncontended, uses(20_000, 20_000, 20_000, 20_000)...)
-	label := dl.Label
 	paced := []*Paced{
 		// Round 1 is slow for everything; round 3 has no paced floor.
-		{Label: label, Backend: "floor", Kind: KindFloor, HoldNs: 1e6, Rounds: []PacedRound{
+		{Backend: "floor", Kind: KindFloor, HoldNs: 1e6, Rounds: []PacedRound{
 			{Round: 0, P50Ns: 60_000}, {Round: 1, P50Ns: 150_000}, {Round: 2, P50Ns: 70_000}}},
-		{Label: label, Backend: "rtt", Kind: KindRTT, HoldNs: 1e6, Rounds: []PacedRound{
+		{Backend: "rtt", Kind: KindRTT, HoldNs: 1e6, Rounds: []PacedRound{
 			{Round: 0, P50Ns: 40_000}, {Round: 1, P50Ns: 50_000}, {Round: 2, P50Ns: 50_000}, {Round: 3, P50Ns: 50_000}}},
-		// Another configuration's references are not this row's.
-		{Label: "fairness c=16", Backend: "floor", Kind: KindFloor, Rounds: []PacedRound{
+		// Those of another hold are not this row's.
+		{Backend: "floor", Kind: KindFloor, HoldNs: 0, Rounds: []PacedRound{
 			{Round: 0, P50Ns: 1e6}, {Round: 1, P50Ns: 1e6}, {Round: 2, P50Ns: 1e6}, {Round: 3, P50Ns: 1e6}}},
 	}
 	Finalize([]*Row{dl, floor, rtt}, pairTargets, paced)

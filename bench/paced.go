@@ -10,7 +10,7 @@ import (
 
 // PacedSamples is how many timed operations a paced reference measures
 // per round: the floor's releases, or the raw round trips, each after a
-// pause of the configuration's hold. An odd count has a middle value.
+// pause of the hold. An odd count has a middle value.
 const PacedSamples = 15
 
 // pacedTimeout bounds one paced reference's measurement in one round.
@@ -18,15 +18,15 @@ const pacedTimeout = 30 * time.Second
 
 // Paced is one reference of the handoff's ideal measured in the
 // handoff's own conditions: a strategy floor's release, or the server's
-// raw round trip, by one client that sleeps the configuration's hold
-// before each timed operation, as a holder sleeps before it releases and
-// a waiter has been idle before it is told. After a millisecond idle the
-// server and the client wake cold: a Redis SET takes about three times
-// its tight-loop round trip then, so a gap taken from the uncontended
+// raw round trip, by one client that sleeps the hold before each timed
+// operation, as a holder sleeps before it releases and a waiter has been
+// idle before it is told. After a millisecond idle the server and the
+// client wake cold: a Redis release takes about three times its
+// tight-loop round trip then, so a gap taken from the uncontended
 // workload's tight loop puts the ideal out of reach by construction.
+// One Paced serves every configuration with its hold: the rows of the
+// handoff and fairness configurations with that hold.
 type Paced struct {
-	// Label is the workload configuration whose rows it judges.
-	Label string `json:"label"`
 	// Backend is the floor or round-trip target's name, Kind its kind.
 	Backend string `json:"backend"`
 	Kind    string `json:"kind"`
@@ -35,7 +35,8 @@ type Paced struct {
 	// tight figures).
 	HoldNs int64 `json:"hold_ns"`
 	// Rounds are the per-round p50s, measured in the round of the rows
-	// with the same index.
+	// with the same index (once per round, beside the first of the
+	// round's configurations with the hold that ran).
 	Rounds []PacedRound `json:"rounds"`
 	// LastError is the last measurement that failed (its round is left
 	// out).
@@ -92,26 +93,44 @@ type Pacer struct {
 	clients map[string]Client
 	names   map[string]string // target → its lock name
 	refs    []*Paced
+	tried   map[pacedTry]bool
+}
+
+// pacedTry is one reference's measurement in one round.
+type pacedTry struct {
+	name  string
+	hold  time.Duration
+	round int
 }
 
 // NewPacer returns a Pacer with no client open yet.
 func NewPacer() *Pacer {
-	return &Pacer{prefix: fmt.Sprintf("dlockbench-paced-%04x", rand.Uint32()&0xffff), clients: map[string]Client{}, names: map[string]string{}}
+	return &Pacer{prefix: fmt.Sprintf("dlockbench-paced-%04x", rand.Uint32()&0xffff), clients: map[string]Client{},
+		names: map[string]string{}, tried: map[pacedTry]bool{}}
 }
 
-// Measure measures, in round round of the configuration w, every
-// reference of refs, one after another in Rotation order: PacedSamples
-// timed operations each, each after a sleep of w.Hold. A reference that
-// fails has its error in its Paced and no figure that round.
-func (p *Pacer) Measure(ctx context.Context, refs []Target, w Workload, round int) {
+// Measure measures, in round round, every reference of refs that this
+// round has not measured with this hold yet, one after another in
+// Rotation order: PacedSamples timed operations each, each after a sleep
+// of hold. The configurations of a round that have the same hold share
+// the figures: the round's references are measured once, beside the
+// first of them (the rounds are paired, not the configurations; it
+// halves the cost with -quick, quarters it in a full run). A reference
+// that fails has its error in its Paced and no figure that round.
+func (p *Pacer) Measure(ctx context.Context, refs []Target, hold time.Duration, round int) {
 	for _, i := range Rotation(len(refs), round) {
 		if ctx.Err() != nil {
 			return
 		}
 		t := refs[i]
-		ref := p.ref(t, w)
+		try := pacedTry{t.Name, hold, round}
+		if p.tried[try] {
+			continue
+		}
+		p.tried[try] = true
+		ref := p.ref(t, hold)
 		t0 := time.Now()
-		p50, err := p.measure(ctx, t, w.Hold)
+		p50, err := p.measure(ctx, t, hold)
 		if err != nil {
 			ref.LastError = fmt.Sprintf("round %d: %v", round+1, err)
 			// Its client may be broken: the next round opens another.
@@ -126,7 +145,7 @@ func (p *Pacer) Measure(ctx context.Context, refs []Target, w Workload, round in
 }
 
 // References returns what the Pacer measured, one Paced per reference
-// and configuration.
+// and hold.
 func (p *Pacer) References() []*Paced { return p.refs }
 
 // Close closes the Pacer's clients (a later Measure opens them again);
@@ -142,14 +161,13 @@ func (p *Pacer) Close() error {
 	return first
 }
 
-func (p *Pacer) ref(t Target, w Workload) *Paced {
-	label := w.Label()
+func (p *Pacer) ref(t Target, hold time.Duration) *Paced {
 	for _, r := range p.refs {
-		if r.Label == label && r.Backend == t.Name {
+		if r.HoldNs == int64(hold) && r.Backend == t.Name {
 			return r
 		}
 	}
-	r := &Paced{Label: label, Backend: t.Name, Kind: t.Kind, Server: t.Server, HoldNs: int64(w.Hold)}
+	r := &Paced{Backend: t.Name, Kind: t.Kind, Server: t.Server, HoldNs: int64(hold)}
 	p.refs = append(p.refs, r)
 	return r
 }

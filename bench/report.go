@@ -57,8 +57,8 @@ type Row struct {
 	// name, from the measured hold and the gap of a handover on the same
 	// server (see Ideal); ToIdeal is this row's rate over it, paired per
 	// round. IdealGap is that gap per round: the floor's release plus
-	// one round trip, both paced as the configuration paces its clients
-	// (Paced), measured in the same round as the row.
+	// one round trip, both paced by the configuration's hold (Paced),
+	// measured in the same round as the row.
 	Ideal    *stats.Interval `json:"ideal_grants_per_sec"`
 	ToIdeal  *stats.Interval `json:"ratio_to_ideal"`
 	IdealGap *stats.Interval `json:"ideal_gap_ns"`
@@ -377,7 +377,8 @@ func Finalize(rows []*Row, targets []Target, paced []*Paced) {
 				r.IdealGapHot = int64(hot)
 				r.IdealHot, r.ToIdealHot, _ = ideal(r, func(int) time.Duration { return hot }, holds[r.Label])
 			}
-			pf, pr := pacedRef(paced, r.Label, t.Floor), pacedRef(paced, r.Label, t.RTT)
+			hold := nominalHold(r)
+			pf, pr := pacedRef(paced, hold, t.Floor), pacedRef(paced, hold, t.RTT)
 			r.Ideal, r.ToIdeal, r.IdealGap = ideal(r, func(round int) time.Duration {
 				// The round's paced gap; the hot one where the round has
 				// none (a reference that failed, a row measured once).
@@ -555,18 +556,24 @@ func shortestHolds(rows []*Row) map[string]map[int]float64 {
 	return out
 }
 
-// pacedRef returns the paced reference of a configuration measured on
-// the target named name, or nil.
-func pacedRef(paced []*Paced, label, name string) *Paced {
+// pacedRef returns the reference measured on the target named name,
+// paced by hold, or nil.
+func pacedRef(paced []*Paced, hold time.Duration, name string) *Paced {
 	if name == "" {
 		return nil
 	}
 	for _, p := range paced {
-		if p.Label == label && p.Backend == name {
+		if p.HoldNs == int64(hold) && p.Backend == name {
 			return p
 		}
 	}
 	return nil
+}
+
+// nominalHold is the hold a row's configuration asks for (0 for none).
+func nominalHold(r *Row) time.Duration {
+	h, _ := time.ParseDuration(fmt.Sprint(r.Params["hold"]))
+	return h
 }
 
 // ideal is the ideal contended rate of a handoff or fairness row (see
@@ -575,10 +582,7 @@ func pacedRef(paced []*Paced, label, name string) *Paced {
 // is left out), the row's rate over it, paired per round, and the gaps.
 // All nil without a round.
 func ideal(r *Row, gapOf func(round int) time.Duration, holds map[int]float64) (ideal, toIdeal, gaps *stats.Interval) {
-	nominal := time.Duration(0)
-	if h, err := time.ParseDuration(fmt.Sprint(r.Params["hold"])); err == nil {
-		nominal = h
-	}
+	nominal := nominalHold(r)
 	work := time.Duration(0)
 	if w, err := time.ParseDuration(fmt.Sprint(r.Params["work"])); err == nil {
 		work = w

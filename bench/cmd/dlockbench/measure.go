@@ -63,8 +63,8 @@ type measurer struct {
 // each on its own, from the capacities the many-keys workload measured.
 // One row per target and workload aggregates its rounds
 // (bench.AggregateRounds). Each round of a handoff or fairness
-// configuration ends with its paced references (bench.Pacer), which the
-// second result returns.
+// configuration ends with its paced references (bench.Pacer; measured
+// once per round and hold), which the second result returns.
 func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r *bench.Runner, stderr io.Writer) ([]*bench.Row, []*bench.Paced, error) {
 	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds, pacer: bench.NewPacer(),
 		pb: &progress{w: stderr, on: cfg.progress, start: time.Now()}, capacity: map[string]float64{}, broken: map[string]string{}}
@@ -174,6 +174,7 @@ func (m *measurer) slice(w bench.Workload) time.Duration {
 // estimate counts the runs and their time for the progress bar.
 func (m *measurer) estimate(plan []bench.Workload) {
 	capacity, probed := false, false
+	var holds []time.Duration // the holds whose paced references are counted
 	for _, w := range plan {
 		n := len(m.targets(w.Kind))
 		switch {
@@ -203,8 +204,10 @@ func (m *measurer) estimate(plan []bench.Workload) {
 		}
 		m.steps += n * m.rounds
 		m.total += time.Duration(n*m.rounds) * (m.slice(w) + runOverhead)
-		if paced(w) {
-			// Each reference: its samples, each after the hold.
+		if paced(w) && !slices.Contains(holds, w.Hold) {
+			// Each reference, once per round and hold: its samples, each
+			// after the hold.
+			holds = append(holds, w.Hold)
 			refs := len(bench.PacedTargets(m.targets(w.Kind), m.e.targets))
 			m.total += time.Duration(refs*m.rounds*bench.PacedSamples) * (w.Hold + 200*time.Microsecond)
 		}
@@ -386,7 +389,7 @@ func (m *measurer) runRound(ctx context.Context, c *contention, round int) {
 				ran = append(ran, t)
 			}
 		}
-		m.pacer.Measure(ctx, bench.PacedTargets(ran, m.e.targets), w, round)
+		m.pacer.Measure(ctx, bench.PacedTargets(ran, m.e.targets), w.Hold, round)
 	}
 }
 
