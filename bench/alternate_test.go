@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,16 +333,7 @@ func TestAlternatingRejectsWhatItCannotRun(t *testing.T) {
 // issue 14; figures, not a timed assertion). It checks that the server's
 // commands are charged to the target whose slice ran them.
 func TestAlternatingOnRedis(t *testing.T) {
-	srv := testenv.Redis(t)
-	s := &Server{ID: "redis", Backend: "redis", URL: srv.URL}
-	defer s.Close()
-	all, _ := TargetsFor(s)
-	var targets []Target
-	for _, tg := range all {
-		if tg.Name == "redis" || tg.Name == "floor redis" || tg.Name == "rtt redis" {
-			targets = append(targets, tg)
-		}
-	}
+	s, _, targets := redisTargets(t, "redis", "floor redis", "rtt redis")
 	if len(targets) != 3 {
 		t.Fatalf("targets = %v, want redis, its floor and its round trip", targets)
 	}
@@ -412,4 +404,21 @@ func TestAlternatingOnRedis(t *testing.T) {
 func sampleEverySlice(t *testing.T) {
 	sampleEvery = 1
 	t.Cleanup(func() { sampleEvery = 4 })
+}
+
+// redisTargets starts a Redis server and returns it (closed when the test
+// ends), every target TargetsFor lists for it, and those of them named
+// names, in that order.
+func redisTargets(t *testing.T, names ...string) (s *Server, all, named []Target) {
+	t.Helper()
+	srv := testenv.Redis(t)
+	s = &Server{ID: "redis", Backend: "redis", URL: srv.URL}
+	t.Cleanup(func() { s.Close() })
+	all, _ = TargetsFor(s)
+	for _, tg := range all {
+		if slices.Contains(names, tg.Name) {
+			named = append(named, tg)
+		}
+	}
+	return s, all, named
 }

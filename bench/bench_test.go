@@ -224,7 +224,7 @@ func memReport(t *testing.T) *Report {
 		}
 		rows = append(rows, row)
 	}
-	Finalize(rows, []Target{mem})
+	Finalize(rows, []Target{mem}, nil)
 	return &Report{Started: time.Now(), GoVersion: "test", Rows: rows, Peers: PeerNotes,
 		Servers: []*Server{{ID: "memory", Backend: "memory", Origin: "test", Settings: map[string]string{"none": "in-process"}}}}
 }

@@ -339,7 +339,11 @@ func handoffRateFacet(hold string) facet {
 		title: "Handoff: grants per second on one hot name, hold " + hold,
 		caption: "Waiters on one name; each holds the lock for " + hold + ", releases, works 2 ms and asks again. " +
 			"Bars: grants/s, median over the rounds with its interval. The black tick is the ideal: the rate a perfect lock " +
-			"would reach on that server, from the measured hold and the floor's measured release and acquire. Higher is better.",
+			"would reach on that server, from the measured hold and the shortest handover the server allows in these " +
+			"conditions: the floor's release plus one round trip, each timed in the same round by a client that first " +
+			"sleeps the hold, as the holders and waiters here do. After a millisecond idle the server and the client wake " +
+			"cold (a Redis release takes about three times its tight-loop round trip), so a handover timed in a tight loop " +
+			"would put the ideal out of reach. Higher is better.",
 		rows: func(r *Row) bool {
 			return r.Workload == Handoff && contends(r) && fmt.Sprint(r.Params["hold"]) == hold
 		},

@@ -63,7 +63,10 @@
 //
 // Finalize fills in the ratios to the round trip, the floor, the ideal
 // contended rate and the best peer, each paired per round and summarised
-// with an interval. Decide (DecideFaults with the fault suite's figures)
+// with an interval. The ideal's handover gap comes from the paced
+// references (Pacer, Paced): the floor's release and the round trip,
+// each timed after a sleep of the hold in the same round as the rows, as
+// the handoff's holders and waiters wake cold after theirs. Decide (DecideFaults with the fault suite's figures)
 // builds the Verdict: the winner of each workload or a tie, safety beside
 // speed, the seed articles' claims, a paragraph for a design document.
 // Report writes the verdict and the terminal tables (WriteText,

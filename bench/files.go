@@ -77,6 +77,7 @@ type applicable struct {
 	HoldNs      *int64          `json:"hold_ns"`
 	BaselineRTT *int64          `json:"baseline_rtt_ns"`
 	FloorNs     *int64          `json:"floor_ns"`
+	IdealGapHot *int64          `json:"ideal_gap_hot_ns"`
 
 	Handoffs          *int64   `json:"handoffs"`
 	HandoffP50        *int64   `json:"handoff_p50_ns"`
@@ -172,6 +173,7 @@ func applicableOf(r *Row) applicable {
 		HoldNs:      some(r.HoldNs, measured && r.HoldNs > 0),
 		BaselineRTT: some(r.BaselineRTT, measured && r.BaselineRTT > 0),
 		FloorNs:     some(r.FloorNs, measured && r.FloorNs > 0),
+		IdealGapHot: some(r.IdealGapHot, hand && r.IdealGapHot > 0),
 		Handoffs:    some(r.Handoffs, hand),
 		HandoffP50:  some(r.HandoffP50, hand && r.Handoffs > 0),
 		HandoffP99:  some(r.HandoffP99, hand && r.Handoffs > 0),
@@ -224,6 +226,7 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 	r.Grants = value(f.Grants, 0)
 	r.Rate, r.Use, r.GrantsPerSec = f.Rate, f.Use, Med(f.Rate)
 	r.HoldNs, r.BaselineRTT, r.FloorNs = value(f.HoldNs, 0), value(f.BaselineRTT, 0), value(f.FloorNs, 0)
+	r.IdealGapHot = value(f.IdealGapHot, 0)
 	r.Handoffs, r.HandoffP50, r.HandoffP99 = value(f.Handoffs, 0), value(f.HandoffP50, 0), value(f.HandoffP99, 0)
 	r.Jain, r.MaxWait = value(f.Jain, 0), value(f.MaxWait, 0)
 	r.Violations, r.FencingViolations = value(f.Violations, 0), value(f.FencingViolations, 0)

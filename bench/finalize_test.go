@@ -52,7 +52,7 @@ func TestFinalizePairsPerRound(t *testing.T) {
 	dl := roundsRow("dl", KindDlock, Uncontended, uses(200, 600, 200)...)
 	floor := roundsRow("floor", KindFloor, Uncontended, uses(100, 300, 110)...)
 	rtt := roundsRow("rtt", KindRTT, Uncontended, uses(50, 150, 50)...)
-	Finalize([]*Row{dl, floor, rtt}, pairTargets)
+	Finalize([]*Row{dl, floor, rtt}, pairTargets, nil)
 	if dl.ToFloor == nil || dl.ToFloor.Median != 2 {
 		t.Errorf("ToFloor = %+v; want the median of the per-round ratios, 2", dl.ToFloor)
 	}
@@ -67,7 +67,7 @@ func TestFinalizePairsPerRound(t *testing.T) {
 	// no width at all.
 	dl = roundsRow("dl", KindDlock, Uncontended, uses(200, 660, 220, 630, 190)...)
 	floor = roundsRow("floor", KindFloor, Uncontended, uses(100, 330, 110, 315, 95)...)
-	Finalize([]*Row{dl, floor}, pairTargets)
+	Finalize([]*Row{dl, floor}, pairTargets, nil)
 	if iv := dl.ToFloor; iv == nil || iv.Median != 2 || iv.Lo != 2 || iv.Hi != 2 || iv.Wide(WideInterval) {
 		t.Errorf("ToFloor with noisy rounds = %+v; want exactly 2", iv)
 	}
@@ -80,7 +80,7 @@ func TestFinalizePairsTheRoundsBothHave(t *testing.T) {
 	figs = append(figs[:1], figs[2:]...) // round 1 failed: rounds 0, 2, 3
 	dl := roundsRow("dl", KindDlock, Uncontended, figs...)
 	floor := roundsRow("floor", KindFloor, Uncontended, uses(100, 150, 200, 400)...)
-	Finalize([]*Row{dl, floor}, pairTargets)
+	Finalize([]*Row{dl, floor}, pairTargets, nil)
 	if iv := dl.ToFloor; iv == nil || iv.Rounds != 3 || iv.Lo != 2 || iv.Hi != 2 {
 		t.Errorf("ToFloor = %+v; want 2 from the 3 rounds both rows have", iv)
 	}
@@ -99,13 +99,13 @@ func TestFinalizePeersPerRound(t *testing.T) {
 	}
 	dl := roundsRow("dl", KindDlock, Handoff, rates(1000, 500, 1000)...)
 	peer := roundsRow("peer", KindPeer, Handoff, rates(500, 250, 450)...)
-	Finalize([]*Row{dl, peer}, pairTargets)
+	Finalize([]*Row{dl, peer}, pairTargets, nil)
 	if dl.Peer != "peer" || dl.ToPeer == nil || dl.ToPeer.Median != 2 {
 		t.Errorf("peer %q, ToPeer = %+v; want peer and the per-round median 2 (the medians say 2.22)", dl.Peer, dl.ToPeer)
 	}
 	dlU := roundsRow("dl", KindDlock, Uncontended, uses(300, 900, 300)...)
 	peerU := roundsRow("peer", KindPeer, Uncontended, uses(100, 300, 120)...)
-	Finalize([]*Row{dlU, peerU}, pairTargets)
+	Finalize([]*Row{dlU, peerU}, pairTargets, nil)
 	if dlU.ToPeer == nil || dlU.ToPeer.Median != 3 {
 		t.Errorf("uncontended ToPeer = %+v; want lock use over the peer's, per round: 3", dlU.ToPeer)
 	}
@@ -128,7 +128,7 @@ func TestFinalizeBestPeerPerRound(t *testing.T) {
 	a := roundsRow("peer-a", KindPeer, Handoff, rates(1000, 1300, 1000, 1300, 1300)...)
 	b := roundsRow("peer-b", KindPeer, Handoff, rates(1300, 1000, 1300, 1000, 1000)...)
 	dl := roundsRow("dl", KindDlock, Handoff, rates(2600, 2600, 2600, 2600, 2600)...)
-	Finalize([]*Row{dl, a, b}, pairTargets)
+	Finalize([]*Row{dl, a, b}, pairTargets, nil)
 	if iv := dl.ToPeer; iv == nil || iv.Median != 2 || iv.Lo != 2 || iv.Hi != 2 {
 		t.Errorf("ToPeer = %+v; want exactly 2: the best peer of each round did 1300", iv)
 	}
@@ -143,7 +143,7 @@ func TestFinalizeBestPeerPerRound(t *testing.T) {
 	ua := roundsRow("peer-a", KindPeer, Uncontended, uses(100, 130, 100)...)
 	ub := roundsRow("peer-b", KindPeer, Uncontended, uses(130, 100, 130)...)
 	udl := roundsRow("dl", KindDlock, Uncontended, uses(150, 150, 150)...)
-	Finalize([]*Row{udl, ua, ub}, pairTargets)
+	Finalize([]*Row{udl, ua, ub}, pairTargets, nil)
 	if iv := udl.ToPeer; iv == nil || iv.Median != 1.5 || iv.Lo != 1.5 || iv.Hi != 1.5 || udl.Peer != "peer-a" {
 		t.Errorf("uncontended ToPeer = %+v over %q; want exactly 1.5 over the fastest peer of each round (peer-a: 2 rounds of 3)", iv, udl.Peer)
 	}
@@ -171,8 +171,8 @@ func TestFinalizeIdealFromMeasuredHoldAndFloor(t *testing.T) {
 	for i := range spinner.Rounds {
 		spinner.Rounds[i].HoldNs += 0.5e6
 	}
-	Finalize([]*Row{dl, floor, mem}, pairTargets)
-	Finalize([]*Row{spinner, dl, floor}, pairTargets)
+	Finalize([]*Row{dl, floor, mem}, pairTargets, nil)
+	Finalize([]*Row{spinner, dl, floor}, pairTargets, nil)
 	if spinner.Ideal == nil || dl.Ideal == nil || spinner.Ideal.Median != dl.Ideal.Median {
 		t.Errorf("ideal of a row with stretched holds %+v, of its neighbour %+v; want the same, from the shortest holds", spinner.Ideal, dl.Ideal)
 	}
@@ -201,7 +201,7 @@ func TestFinalizeIdealFromMeasuredHoldAndFloor(t *testing.T) {
 func TestFinalizeWithoutRounds(t *testing.T) {
 	dl := &Row{Backend: "dl", Kind: KindDlock, Workload: Uncontended, P50: 300, ReleaseP50: 100, Grants: 1}
 	floor := &Row{Backend: "floor", Kind: KindFloor, Workload: Uncontended, P50: 150, ReleaseP50: 50, Grants: 1}
-	Finalize([]*Row{dl, floor}, pairTargets)
+	Finalize([]*Row{dl, floor}, pairTargets, nil)
 	if dl.ToFloor == nil || dl.ToFloor.Median != 2 {
 		t.Errorf("ToFloor = %+v; want 2", dl.ToFloor)
 	}
@@ -214,8 +214,81 @@ func TestFinalizeNoPeerRatioInTheOpenLoop(t *testing.T) {
 	rates := []RoundFigures{{Round: 0, GrantsPerSec: 900}, {Round: 1, GrantsPerSec: 1000}}
 	dl := roundsRow("dl", KindDlock, OpenLoop, rates...)
 	peer := roundsRow("peer", KindPeer, OpenLoop, rates...)
-	Finalize([]*Row{dl, peer}, pairTargets)
+	Finalize([]*Row{dl, peer}, pairTargets, nil)
 	if dl.ToPeer != nil || dl.Peer != "" {
 		t.Errorf("open loop: peer %q, ToPeer %+v; want none", dl.Peer, dl.ToPeer)
+	}
+}
+
+// TestFinalizeIdealFromPacedReferences: the handoff ideal's gap is, round
+// by round, the paced floor release plus the paced round trip measured in
+// that round with the row's hold, not the uncontended tight loop's; the
+// tight gap stays in the row (ideal_gap_hot_ns, the hot ideal) for
+// comparison; a round without its paced references falls back to the
+// hot gap, and a row whose floor has neither gets no ideal.
+func TestFinalizeIdealFromPacedReferences(t *testing.T) {
+	figs := []RoundFigures{
+		{Round: 0, GrantsPerSec: 700, HoldNs: 1.1e6},
+		{Round: 1, GrantsPerSec: 400, HoldNs: 1.9e6},
+		{Round: 2, GrantsPerSec: 720, HoldNs: 1.1e6},
+		{Round: 3, GrantsPerSec: 710, HoldNs: 1.1e6},
+	}
+	dl := roundsRow("dl", KindDlock, Handoff, figs...)
+	// Hot: the floor's release 20 µs + the round trip's 20 µs.
+	floor := roundsRow("floor", KindFloor, Uncontended, uses(50_000, 50_000, 50_000, 50_000)...)
+	floor.P50, floor.ReleaseP50 = 30_000, 20_000
+	rtt := roundsRow("rtt", KindRTT, Uncontended, uses(20_000, 20_000, 20_000, 20_000)...)
+	paced := []*Paced{
+		// Round 1 is slow for everything; round 3 has no paced floor.
+		{Backend: "floor", Kind: KindFloor, HoldNs: 1e6, Rounds: []PacedRound{
+			{Round: 0, P50Ns: 60_000}, {Round: 1, P50Ns: 150_000}, {Round: 2, P50Ns: 70_000}}},
+		{Backend: "rtt", Kind: KindRTT, HoldNs: 1e6, Rounds: []PacedRound{
+			{Round: 0, P50Ns: 40_000}, {Round: 1, P50Ns: 50_000}, {Round: 2, P50Ns: 50_000}, {Round: 3, P50Ns: 50_000}}},
+		// Those of another hold are not this row's.
+		{Backend: "floor", Kind: KindFloor, HoldNs: 0, Rounds: []PacedRound{
+			{Round: 0, P50Ns: 1e6}, {Round: 1, P50Ns: 1e6}, {Round: 2, P50Ns: 1e6}, {Round: 3, P50Ns: 1e6}}},
+	}
+	Finalize([]*Row{dl, floor, rtt}, pairTargets, paced)
+	// 32 clients ask for more than one name can give: 1/(hold + gap).
+	gaps := []float64{100e3, 200e3, 120e3, 40e3}
+	var want, ratios []float64
+	for i, f := range figs {
+		v := 1 / ((f.HoldNs + gaps[i]) / 1e9)
+		want, ratios = append(want, v), append(ratios, f.GrantsPerSec/v)
+	}
+	wantIdeal := stats.MedianCI(want, Confidence)
+	wantRatio := stats.MedianCI(ratios, Confidence)
+	if dl.Ideal == nil || !near(dl.Ideal.Median, wantIdeal.Median) || !near(dl.Ideal.Lo, wantIdeal.Lo) {
+		t.Errorf("ideal = %+v; want %+v (per round 1/(hold + paced release + paced round trip))", dl.Ideal, wantIdeal)
+	}
+	if dl.ToIdeal == nil || !near(dl.ToIdeal.Median, wantRatio.Median) {
+		t.Errorf("×ideal = %+v; want %+v, paired per round", dl.ToIdeal, wantRatio)
+	}
+	if g := stats.MedianCI(gaps, Confidence); dl.IdealGap == nil || dl.IdealGap.Median != g.Median || dl.IdealGap.Rounds != 4 {
+		t.Errorf("ideal gap = %+v; want %+v", dl.IdealGap, g)
+	}
+	if dl.IdealGapHot != 40_000 {
+		t.Errorf("hot gap = %d ns; want the tight floor release + round trip, 40000", dl.IdealGapHot)
+	}
+	hot := 1 / (1.1e-3 + 40e-6)
+	if dl.IdealHot == nil || !near(dl.IdealHot.Median, hot) || dl.ToIdealHot == nil || !near(dl.ToIdealHot.Median, 710/hot) {
+		t.Errorf("hot ideal = %+v, ×hot ideal %+v; want %.1f/s and %.3f", dl.IdealHot, dl.ToIdealHot, hot, 710/hot)
+	}
+	b, err := json.Marshal(dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"ideal_gap_ns":{`, `"ideal_gap_hot_ns":40000`, `"ideal_hot_grants_per_sec":{`, `"ratio_to_ideal_hot":{`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("row's JSON lacks %s: %s", key, b)
+		}
+	}
+
+	// Paced references alone (no uncontended rows: -workload handoff)
+	// make the ideal; the hot one is then unknown.
+	alone := roundsRow("dl", KindDlock, Handoff, figs[:3]...)
+	Finalize([]*Row{alone}, pairTargets, paced)
+	if alone.Ideal == nil || alone.Ideal.Rounds != 3 || alone.IdealHot != nil || alone.IdealGapHot != 0 {
+		t.Errorf("paced only: ideal %+v, hot ideal %+v, hot gap %d; want 3 rounds of the paced ideal and no hot one", alone.Ideal, alone.IdealHot, alone.IdealGapHot)
 	}
 }

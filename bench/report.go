@@ -54,11 +54,23 @@ type Row struct {
 	// time.Sleep(1ms) sleeps longer than 1 ms).
 	HoldNs int64 `json:"hold_ns"`
 	// Ideal is the contended rate a perfect lock would reach on one hot
-	// name, from the measured hold and the floor's measured release plus
-	// one round trip on the same server (see Ideal); ToIdeal is this
-	// row's rate over it, paired per round.
-	Ideal   *stats.Interval `json:"ideal_grants_per_sec"`
-	ToIdeal *stats.Interval `json:"ratio_to_ideal"`
+	// name, from the measured hold and the gap of a handover on the same
+	// server (see Ideal); ToIdeal is this row's rate over it, paired per
+	// round. IdealGap is that gap per round: the floor's release plus
+	// one round trip, both paced by the configuration's hold (Paced),
+	// measured in the same round as the row.
+	Ideal    *stats.Interval `json:"ideal_grants_per_sec"`
+	ToIdeal  *stats.Interval `json:"ratio_to_ideal"`
+	IdealGap *stats.Interval `json:"ideal_gap_ns"`
+	// IdealGapHot is the gap from the uncontended workload's tight loop
+	// instead (the floor's release p50 plus the round trip's), the
+	// ideal's gap before it was paced; IdealHot and ToIdealHot are the
+	// ideal from it and this row's rate over that. They are kept for
+	// comparison: a release after a hold is a cold round trip, which
+	// the hot gap leaves out.
+	IdealGapHot int64           `json:"ideal_gap_hot_ns"`
+	IdealHot    *stats.Interval `json:"ideal_hot_grants_per_sec"`
+	ToIdealHot  *stats.Interval `json:"ratio_to_ideal_hot"`
 
 	// BaselineRTT is the server's raw round trip, same run: the median
 	// over the rounds of the round trip row's p50.
@@ -187,6 +199,10 @@ type Report struct {
 	// Verdict is what the run concludes (Decide).
 	Verdict *Verdict `json:"verdict"`
 	Rows    []*Row   `json:"rows"`
+	// Paced are the references of the handoff and fairness rows' ideal,
+	// measured in their rounds (Pacer); they are not rows: nothing
+	// competes with them.
+	Paced []*Paced `json:"paced_references,omitempty"`
 }
 
 // Load is the machine's load during a run, from /proc: the figures are
@@ -269,10 +285,13 @@ func NewRow(res *Result) *Row {
 // clients ask for, clients/(hold + work + gap). gap is the shortest
 // handover the server allows: Finalize passes the strategy's floor's
 // release, measured on the same server (a durable write where the
-// floor's release is one), plus one round trip to tell the next holder
-// (handoverGap), and the measured hold (time.Sleep(1ms) sleeps longer
-// than 1 ms; the shortest of the configuration's rows in that round), so
-// the ideal is reachable, not a bound made out of reach by construction.
+// floor's release is one), plus one round trip to tell the next holder,
+// both measured after a pause of the hold as the rows' clients make one
+// (Paced: a release after a millisecond idle is a cold round trip), in
+// the same round as the row; and the measured hold (time.Sleep(1ms)
+// sleeps longer than 1 ms; the shortest of the configuration's rows in
+// that round), so the ideal is reachable, not a bound made out of reach
+// by construction.
 func Ideal(hold, work, gap time.Duration, clients int) float64 {
 	lockBound := 1 / (hold + gap).Seconds()
 	if clients <= 0 {
@@ -303,7 +322,8 @@ func SkippedRow(t Target, w Workload, why string) *Row {
 
 // Finalize fills the baselines and ratios of every row from the rows of
 // the same run: the round trip and floor rows (uncontended), the ideal
-// contended rate and the best peer.
+// contended rate (from paced, the references measured in the handoff and
+// fairness rounds; see Paced) and the best peer.
 //
 // Every ratio is paired per round, then summarised by its median and
 // interval: round r of a row is compared with round r of the reference
@@ -311,7 +331,7 @@ func SkippedRow(t Target, w Workload, why string) *Row {
 // within each round), so noise that slows a whole round cancels out. Two
 // rows pair the rounds both have. A row without rounds (measured once) is
 // compared with the reference's median.
-func Finalize(rows []*Row, targets []Target) {
+func Finalize(rows []*Row, targets []Target, paced []*Paced) {
 	byName := map[string]Target{}
 	for _, t := range targets {
 		byName[t.Name] = t
@@ -351,9 +371,24 @@ func Finalize(rows []*Row, targets []Target) {
 			r.ToFloor = pairRatio(r, floor, useOf)
 			r.ToRTT = pairRatio(r, rtt, useOf)
 		case Handoff, Fairness:
+			var hot time.Duration
 			if floor != nil {
-				r.Ideal, r.ToIdeal = ideal(r, handoverGap(floor, rtt), holds[r.Label])
+				hot = handoverGap(floor, rtt)
+				r.IdealGapHot = int64(hot)
+				r.IdealHot, r.ToIdealHot, _ = ideal(r, func(int) time.Duration { return hot }, holds[r.Label])
 			}
+			hold := nominalHold(r)
+			pf, pr := pacedRef(paced, hold, t.Floor), pacedRef(paced, hold, t.RTT)
+			r.Ideal, r.ToIdeal, r.IdealGap = ideal(r, func(round int) time.Duration {
+				// The round's paced gap; the hot one where the round has
+				// none (a reference that failed, a row measured once).
+				f, okF := pf.p50(round)
+				n, okN := pr.p50(round)
+				if !okF || !okN {
+					return hot
+				}
+				return time.Duration(f + n)
+			}, holds[r.Label])
 		}
 	}
 	// Peers: in each round, the best peer on the same server and
@@ -521,22 +556,44 @@ func shortestHolds(rows []*Row) map[string]map[int]float64 {
 	return out
 }
 
+// pacedRef returns the reference measured on the target named name,
+// paced by hold, or nil.
+func pacedRef(paced []*Paced, hold time.Duration, name string) *Paced {
+	if name == "" {
+		return nil
+	}
+	for _, p := range paced {
+		if p.HoldNs == int64(hold) && p.Backend == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// nominalHold is the hold a row's configuration asks for (0 for none).
+func nominalHold(r *Row) time.Duration {
+	h, _ := time.ParseDuration(fmt.Sprint(r.Params["hold"]))
+	return h
+}
+
 // ideal is the ideal contended rate of a handoff or fairness row (see
 // Ideal), per round from that round's shortest measured hold (holds, by
-// round), and the row's rate over it, paired per round. gap is the
-// server's shortest handover (handoverGap).
-func ideal(r *Row, gap time.Duration, holds map[int]float64) (ideal, toIdeal *stats.Interval) {
-	nominal := time.Duration(0)
-	if h, err := time.ParseDuration(fmt.Sprint(r.Params["hold"])); err == nil {
-		nominal = h
-	}
+// round) and gap (the server's shortest handover; a round whose gap is 0
+// is left out), the row's rate over it, paired per round, and the gaps.
+// All nil without a round.
+func ideal(r *Row, gapOf func(round int) time.Duration, holds map[int]float64) (ideal, toIdeal, gaps *stats.Interval) {
+	nominal := nominalHold(r)
 	work := time.Duration(0)
 	if w, err := time.ParseDuration(fmt.Sprint(r.Params["work"])); err == nil {
 		work = w
 	}
 	clients := int(toFloat(r.Params["clients"]))
-	var ideals, ratios []float64
+	var ideals, ratios, gapNs []float64
 	for _, f := range r.rounds() {
+		gap := gapOf(f.Round)
+		if gap <= 0 {
+			continue
+		}
 		hold := time.Duration(holds[f.Round])
 		if hold <= 0 {
 			// No hold measured (none asked for, or a row built without
@@ -544,12 +601,15 @@ func ideal(r *Row, gap time.Duration, holds map[int]float64) (ideal, toIdeal *st
 			hold = nominal
 		}
 		v := Ideal(hold, work, gap, clients)
-		ideals = append(ideals, v)
+		ideals, gapNs = append(ideals, v), append(gapNs, float64(gap))
 		if f.GrantsPerSec > 0 {
 			ratios = append(ratios, f.GrantsPerSec/v)
 		}
 	}
-	return stats.MedianCI(ideals, Confidence), stats.MedianCI(ratios, Confidence)
+	if len(ideals) == 0 {
+		return nil, nil, nil
+	}
+	return stats.MedianCI(ideals, Confidence), stats.MedianCI(ratios, Confidence), stats.MedianCI(gapNs, Confidence)
 }
 
 // Labels returns the workload configurations of the rows, in run order.

@@ -92,7 +92,7 @@ func TestFinalizePairsFreshRowsWithFreshFloors(t *testing.T) {
 	dlF := roundsRow("dl", KindDlock, Uncontended, uses(900, 900, 900)...)
 	floorF := roundsRow("floor", KindFloor, Uncontended, uses(300, 300, 300)...)
 	dl.Label, floor.Label, dlF.Label, floorF.Label = Uncontended, Uncontended, FreshLabel, FreshLabel
-	Finalize([]*Row{dl, floor, dlF, floorF}, []Target{{Name: "dl", Floor: "floor"}})
+	Finalize([]*Row{dl, floor, dlF, floorF}, []Target{{Name: "dl", Floor: "floor"}}, nil)
 	if m := Med(dl.ToFloor); m != 2 {
 		t.Errorf("one name: ×floor %v, want 2", m)
 	}

@@ -464,7 +464,7 @@ func TestVerdictOfARealRun(t *testing.T) {
 		row.Caps = &driver.Capabilities{Backend: "memory", Fencing: true, Fair: true, Wait: driver.WaitQueue, ReleaseOnCrash: driver.ReleaseAfterTTL}
 		rep.Rows = append(rep.Rows, row)
 	}
-	Finalize(rep.Rows, []Target{mem})
+	Finalize(rep.Rows, []Target{mem}, nil)
 	v := Decide(rep)
 	if len(v.Workloads) != 0 {
 		t.Errorf("memory won: %+v", v.Workloads)

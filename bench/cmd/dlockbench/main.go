@@ -227,14 +227,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
 	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr}
 	load := bench.StartLoad(serverPIDs(env.servers)...)
-	rows, err := measure(ctx, cfg, env, plan, runner, stderr)
+	rows, paced, err := measure(ctx, cfg, env, plan, runner, stderr)
 	if err != nil {
 		return err
 	}
 	if rep.Load, err = load.Stop(); err != nil {
 		fmt.Fprintf(stderr, "dlockbench: %v (no load figures)\n", err)
 	}
-	bench.Finalize(rows, env.targets)
+	bench.Finalize(rows, env.targets, paced)
 	if err := fillCaps(ctx, rows, env.targets); err != nil {
 		fmt.Fprintln(stderr, "dlockbench: safety table incomplete:", err)
 	}
@@ -244,7 +244,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	rep.Rows = rows
+	rep.Rows, rep.Paced = rows, paced
 	rep.Verdict = bench.DecideFaults(rep, faults)
 	rep.Duration = time.Since(started).Round(time.Second)
 	rep.DurationS = rep.Duration.String()

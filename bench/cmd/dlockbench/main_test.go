@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,27 +26,14 @@ func TestMain(m *testing.M) {
 func TestQuickSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	err := run(ctx, []string{"-quick", "-workload", "uncontended", "-backend", "memory", "-out", dir}, &out, &errb)
-	if err != nil {
-		t.Fatalf("dlockbench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
-	}
+	rep, dir, out, errb := runReport(t, ctx, "-quick", "-workload", "uncontended", "-backend", "memory")
 	for _, want := range []string{"== uncontended", "memory", "mutual-exclusion violations: 0", "machine load: loadavg", "3 rounds per workload"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(errb.String(), "\r") {
+	if strings.Contains(errb, "\r") {
 		t.Error("a progress bar was drawn although stderr is not a terminal")
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
 	}
 	// One row on one name, one on fresh names.
 	if len(rep.Rows) != 2 {
@@ -194,19 +182,7 @@ func TestURLMode(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	if err := run(ctx, []string{"-quick", "-workload", "uncontended", "-url", srv.URL, "-out", dir}, &out, &errb); err != nil {
-		t.Fatalf("dlockbench: %v\n%s\n%s", err, out.String(), errb.String())
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _, out, _ := runReport(t, ctx, "-quick", "-workload", "uncontended", "-url", srv.URL)
 	rows := map[string]*bench.Row{}
 	for _, r := range rep.Rows {
 		rows[r.Backend] = r
@@ -214,10 +190,68 @@ func TestURLMode(t *testing.T) {
 	for _, want := range []string{"redis", "floor redis", "rtt redis", "redsync", "redislock"} {
 		r := rows[want]
 		if r == nil || r.Grants == 0 {
-			t.Errorf("row %q missing or empty in %s", want, out.String())
+			t.Errorf("row %q missing or empty in %s", want, out)
 		}
 	}
 	if r := rows["redis"]; r != nil && (r.FloorNs == 0 || r.BaselineRTT == 0 || r.ServerCmdsPerGrant <= 0) {
 		t.Errorf("redis row lacks its baselines: floor %d ns, rtt %d ns, %v commands per grant", r.FloorNs, r.BaselineRTT, r.ServerCmdsPerGrant)
 	}
+}
+
+// TestHandoffPacedReferences runs the handoff workload against a real
+// Redis (-url): every round measures, once per hold, the paced references
+// the rows' ideal needs, report.json carries them apart from the rows (no
+// row of a floor or round trip in the handoff), and the dlock row's ideal
+// is built from them round by round.
+func TestHandoffPacedReferences(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, _, _, _ := runReport(t, ctx, "-quick", "-rounds", "2", "-scale", "0.2", "-workload", "handoff", "-url", srv.URL)
+	labels := map[string]bool{}
+	for _, r := range rep.Rows {
+		labels[r.Label] = true
+		if r.Kind != bench.KindDlock && r.Kind != bench.KindPeer {
+			t.Errorf("row %s (%s) in %q: the references are not rows", r.Backend, r.Kind, r.Label)
+		}
+		if r.Backend == "redis" && r.Skipped == "" && (r.Ideal == nil || r.IdealGap == nil || r.IdealGap.Rounds != 2) {
+			t.Errorf("redis on %q: ideal %+v, gap %+v; want both from the 2 rounds' paced references", r.Label, r.Ideal, r.IdealGap)
+		}
+	}
+	if len(labels) != 4 {
+		t.Fatalf("configurations %v; want -quick's 4 handoff configurations", labels)
+	}
+	got := map[string][]time.Duration{}
+	for _, p := range rep.Paced {
+		if p.LastError != "" || len(p.Rounds) != 2 {
+			t.Errorf("paced %s: %+v; want 2 rounds", p.Backend, p)
+		}
+		got[p.Backend] = append(got[p.Backend], time.Duration(p.HoldNs))
+	}
+	for _, ref := range []string{"floor redis", "floor redis unfenced", "rtt redis"} {
+		if slices.Sort(got[ref]); !slices.Equal(got[ref], []time.Duration{0, time.Millisecond}) {
+			t.Errorf("%s paced by %v; want once by each hold of the run, 0s and 1ms", ref, got[ref])
+		}
+	}
+}
+
+// runReport runs dlockbench with args into a temporary report directory
+// and returns the report.json it wrote, read back, the directory, and
+// its standard output and standard error.
+func runReport(t *testing.T, ctx context.Context, args ...string) (rep *bench.Report, dir, stdout, stderr string) {
+	t.Helper()
+	dir = t.TempDir()
+	var out, errb bytes.Buffer
+	if err := run(ctx, append(args, "-out", dir), &out, &errb); err != nil {
+		t.Fatalf("dlockbench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = &bench.Report{}
+	if err := json.Unmarshal(b, rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, dir, out.String(), errb.String()
 }

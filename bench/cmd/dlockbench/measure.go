@@ -32,6 +32,9 @@ type measurer struct {
 	r      *bench.Runner
 	rounds int
 	pb     *progress
+	// pacer measures the references of the handoff and fairness rows'
+	// ideal in their rounds (bench.Paced).
+	pacer *bench.Pacer
 	// capacity is a target's many-keys grants/s at 4×GOMAXPROCS clients,
 	// the open loop's reference.
 	capacity map[string]float64
@@ -59,10 +62,13 @@ type measurer struct {
 // least minSlice) per round through the Runner. The open loops run last,
 // each on its own, from the capacities the many-keys workload measured.
 // One row per target and workload aggregates its rounds
-// (bench.AggregateRounds).
-func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r *bench.Runner, stderr io.Writer) ([]*bench.Row, error) {
-	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds,
+// (bench.AggregateRounds). Each round of a handoff or fairness
+// configuration ends with its paced references (bench.Pacer; measured
+// once per round and hold), which the second result returns.
+func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r *bench.Runner, stderr io.Writer) ([]*bench.Row, []*bench.Paced, error) {
+	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds, pacer: bench.NewPacer(),
 		pb: &progress{w: stderr, on: cfg.progress, start: time.Now()}, capacity: map[string]float64{}, broken: map[string]string{}}
+	defer m.pacer.Close()
 	m.estimate(plan)
 	if !cfg.progress {
 		fmt.Fprintf(stderr, "dlockbench: %d workloads × %d rounds, %d runs, about %v\n", len(plan), m.rounds, m.steps, m.total.Round(time.Second))
@@ -100,6 +106,10 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		for _, c := range together {
 			out[c.index] = m.finish(c)
 		}
+		// The references' clients are done: idle, they would still run
+		// beside what follows (a ZooKeeper session's pings beside the
+		// leases curve's CPU reading).
+		m.pacer.Close()
 	}
 	for i, w := range plan {
 		if w.Kind != bench.OpenLoop || ctx.Err() != nil {
@@ -133,9 +143,9 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		rows = append(rows, o...)
 	}
 	if err := ctx.Err(); err != nil && len(rows) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
-	return rows, nil
+	return rows, m.pacer.References(), nil
 }
 
 // targets returns the targets that take part in a workload kind.
@@ -164,6 +174,7 @@ func (m *measurer) slice(w bench.Workload) time.Duration {
 // estimate counts the runs and their time for the progress bar.
 func (m *measurer) estimate(plan []bench.Workload) {
 	capacity, probed := false, false
+	var holds []time.Duration // the holds whose paced references are counted
 	for _, w := range plan {
 		n := len(m.targets(w.Kind))
 		switch {
@@ -193,8 +204,19 @@ func (m *measurer) estimate(plan []bench.Workload) {
 		}
 		m.steps += n * m.rounds
 		m.total += time.Duration(n*m.rounds) * (m.slice(w) + runOverhead)
+		if paced(w) && !slices.Contains(holds, w.Hold) {
+			// Each reference, once per round and hold: its samples, each
+			// after the hold.
+			holds = append(holds, w.Hold)
+			refs := len(bench.PacedTargets(m.targets(w.Kind), m.e.targets))
+			m.total += time.Duration(refs*m.rounds*bench.PacedSamples) * (w.Hold + 200*time.Microsecond)
+		}
 	}
 }
+
+// paced reports whether w's rows are judged by an ideal whose references
+// are measured in its rounds (bench.Paced).
+func paced(w bench.Workload) bool { return w.Kind == bench.Handoff || w.Kind == bench.Fairness }
 
 // capClients is the clients of the many-keys workload whose rate is the
 // open loop's capacity (the open loop runs as many).
@@ -359,6 +381,15 @@ func (m *measurer) runRound(ctx context.Context, c *contention, round int) {
 			c.results[t.Name] = make([]*bench.Result, m.rounds)
 		}
 		c.results[t.Name][round] = res
+	}
+	if paced(w) && ctx.Err() == nil {
+		var ran []bench.Target
+		for _, t := range c.targets {
+			if _, ok := c.skipped[t.Name]; !ok {
+				ran = append(ran, t)
+			}
+		}
+		m.pacer.Measure(ctx, bench.PacedTargets(ran, m.e.targets), w.Hold, round)
 	}
 }
 
