@@ -278,7 +278,11 @@ func TestCheckRunsCrossProcessCases(t *testing.T) {
 			skip = append(skip, c.Name)
 		}
 	}
-	rep := conformance.Evaluate(t.Context(), tcpMaker(t), conformance.WithSkip("covered elsewhere", skip...))
+	// The slack TestTCPDriverPasses gives the same driver: the killed
+	// child is a -race binary on a machine running the other packages'
+	// tests beside it (CI saw 1.43 s against a bound of 1.35 s).
+	rep := conformance.Evaluate(t.Context(), tcpMaker(t), conformance.WithSkip("covered elsewhere", skip...),
+		conformance.WithSlack(time.Second))
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
