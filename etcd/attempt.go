@@ -289,6 +289,7 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 			a.pred = nil // look again
 		}
 	}
+	a.l.watcher.dropQueue(a.queue)
 	// deleted: the revision from which the predecessor is gone (0: not
 	// seen gone), so we are likely first: try the grant at once, and look
 	// for a new predecessor only if a key below ours is still there (one
@@ -357,7 +358,9 @@ func (a *attempt) wait(ctx context.Context) (driver.Lease, error) {
 // seen; otherwise a look finds a delete that came in between (a key gone,
 // or its name reused by a later key). A delete at seen or before is of an
 // earlier key of the same name (a spare etcd lease's keys share a name,
-// keyOf).
+// keyOf). With own (the set is every key below ours), the watch is the
+// Locker's kept watch of the whole queue, which the next wait takes up
+// without creating one (watcher.watchQueue).
 func (a *attempt) waitDelete(ctx context.Context, set map[string]int64, own bool, seen int64, tick <-chan time.Time) (goneAt int64, _ error) {
 	if testBeforeWatch != nil {
 		testBeforeWatch()
@@ -385,12 +388,13 @@ func (a *attempt) waitDelete(ctx context.Context, set map[string]int64, own bool
 		names[k] = true
 		span(k)
 	}
-	ownKey := ""
+	var dw *deleteWatch
+	var err error
 	if own {
-		ownKey = a.key
-		span(ownKey)
+		dw, err = a.l.watcher.watchQueue(a.queue, names, a.key, seen)
+	} else {
+		dw, err = a.l.watcher.watchDelete(from, end, names, seen)
 	}
-	dw, err := a.l.watcher.watchDelete(from, end, names, ownKey, seen)
 	if err != nil {
 		return broken()
 	}

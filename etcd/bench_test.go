@@ -1,10 +1,12 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,42 +123,14 @@ func BenchmarkRequests(b *testing.B) {
 		b.Run(fmt.Sprintf("lockers=%d", w), func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
 			prefix := fmt.Sprintf("/dlockbench-req/%d", time.Now().UnixNano())
-			opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
 			hold := time.Duration(0)
 			if w > 1 {
 				hold = time.Millisecond
 			}
-			lockers := make([]*dlock.Locker, w)
-			for i := range lockers {
-				l, err := dlock.Open(ctx, srv.URL+prefix)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer l.Close()
-				lockers[i] = l
-			}
+			lockers := openLockers(b, srv, prefix, w)
 			before := etcdRequests(b, srv.Addr)
 			cli0, srv0 := selfCPU(), procCPU(srv.Pid())
-			var left atomic.Int64
-			left.Store(int64(b.N))
-			var wg sync.WaitGroup
-			for _, l := range lockers {
-				wg.Go(func() {
-					for left.Add(-1) >= 0 {
-						ls, err := l.Acquire(ctx, "r", opts)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						time.Sleep(hold)
-						if err := ls.Release(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
+			handoff(ctx, b, lockers, b.N, hold, nil)
 			b.StopTimer()
 			cli1, srv1 := selfCPU(), procCPU(srv.Pid())
 			after := etcdRequests(b, srv.Addr)
@@ -172,6 +146,116 @@ func BenchmarkRequests(b *testing.B) {
 				}
 			}
 			b.ReportMetric(total/float64(b.N), "requests/grant")
+		})
+	}
+}
+
+// openLockers opens n Lockers on srv under prefix, each on a client of
+// its own (as dlockbench's workers), closed when tb ends.
+func openLockers(tb testing.TB, srv *testenv.Server, prefix string, n int) []*dlock.Locker {
+	tb.Helper()
+	ctx := testenv.Context(tb, time.Minute)
+	lockers := make([]*dlock.Locker, n)
+	for i := range lockers {
+		l, err := dlock.Open(ctx, srv.URL+prefix)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { l.Close() })
+		lockers[i] = l
+	}
+	return lockers
+}
+
+// use is one grant of a handoff: when Acquire returned, and when the
+// Release that followed the hold began and returned.
+type use struct{ acquired, releasing, released time.Time }
+
+// handoff makes n grants of the name "r" (TTL 10s) among lockers, each
+// held for hold, and calls record (if not nil) with each grant's times.
+func handoff(ctx context.Context, tb testing.TB, lockers []*dlock.Locker, n int, hold time.Duration, record func(use)) {
+	opts := &dlock.AcquireOptions{TTL: 10 * time.Second}
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	for _, l := range lockers {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				ls, err := l.Acquire(ctx, "r", opts)
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				u := use{acquired: time.Now()}
+				time.Sleep(hold)
+				u.releasing = time.Now()
+				if err := ls.Release(ctx); err != nil {
+					tb.Error(err)
+					return
+				}
+				if u.released = time.Now(); record != nil {
+					record(u)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkHandoffStalls finds the handoff's stalls: in a handoff of 8
+// Lockers each holding 1ms (dlockbench's "handoff w=8 hold=1ms"), the
+// time from a release's start to the next holder's return (the gap), and
+// per 1 000 grants the gaps over 20ms, split by what they waited for: the
+// release's delete itself (its Release took over 5ms: the server was slow
+// to commit it, a disk or CPU stall that every client of the server
+// shares), or the next holder's watch event after a prompt delete. The
+// latter is etcd's (3.4): a watch created from the current revision
+// (start revision 0) reads that revision, then registers; a write applied
+// in between makes it an "unsynced" watch, whose events the server sends
+// only at its next catch-up of such watches, every 100ms (a watch from a
+// past revision, as concurrency.Mutex starts, is always one). Each wait
+// creates its watch, so the handoff meets it whenever a creation races a
+// write. Run with e.g.
+//
+//	go test -run '^$' -bench HandoffStalls -benchtime 5000x ./
+func BenchmarkHandoffStalls(b *testing.B) {
+	for _, nofsync := range []bool{false, true} {
+		srv := testenv.NewEtcd(b, &testenv.EtcdOptions{UnsafeNoFsync: nofsync})
+		b.Run("fsync="+srv.Settings["fsync"], func(b *testing.B) {
+			ctx := testenv.Context(b, 10*time.Minute)
+			lockers := openLockers(b, srv, fmt.Sprintf("/dlockbench-stalls/%d", time.Now().UnixNano()), 8)
+			var mu sync.Mutex
+			var uses []use
+			handoff(ctx, b, lockers, b.N, time.Millisecond, func(u use) {
+				mu.Lock()
+				uses = append(uses, u)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			slices.SortFunc(uses, func(x, y use) int { return x.acquired.Compare(y.acquired) })
+			gaps := make([]time.Duration, 0, len(uses))
+			var slowDelete, lateEvent int
+			for i := 1; i < len(uses); i++ {
+				prev := uses[i-1]
+				gap := uses[i].acquired.Sub(prev.releasing)
+				gaps = append(gaps, gap)
+				switch {
+				case gap <= 20*time.Millisecond:
+				case prev.released.Sub(prev.releasing) > 5*time.Millisecond:
+					slowDelete++
+				default:
+					lateEvent++
+				}
+			}
+			if len(gaps) == 0 {
+				return
+			}
+			slices.Sort(gaps)
+			per := 1000 / float64(len(gaps))
+			b.ReportMetric(stats.Micros(gaps[len(gaps)/2]), "gap-p50-µs")
+			b.ReportMetric(stats.Micros(gaps[len(gaps)*99/100]), "gap-p99-µs")
+			b.ReportMetric(float64(slowDelete)*per, "slow-delete/1k")
+			b.ReportMetric(float64(lateEvent)*per, "late-event/1k")
 		})
 	}
 }

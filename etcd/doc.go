@@ -82,14 +82,18 @@
 //     cannot).
 //   - Waiters (Acquire) queue in create-revision order (Capabilities.Fair).
 //     A waiter with at most 8 keys ahead, all read by the transaction that
-//     created its key, watches their deletes and its own key's on one
-//     watch (a range that covers them): the delete that leaves none of
+//     created its key, watches their deletes and its own key's on its
+//     Locker's watch of the whole queue, which the Locker keeps for 1s
+//     after its last wait so that the next wait creates none (etcd 3.4
+//     sends the events of a watch whose creation raced a write only at
+//     its next 100ms catch-up): the delete that leaves none of
 //     them, with its own key not deleted up to it, proves the grant at
 //     that revision without a read (none can be created below a key
 //     later), so a handoff's critical path is the release's write and the
 //     event; the price is that a release reaches each of those waiters,
-//     not only the next. Another waiter watches only its predecessor, so
-//     that a release reaches one waiter. The watches go over one watch
+//     not only the next, and the Lockers that waited in the last second.
+//     Another waiter watches only its predecessor, so that a release
+//     reaches one waiter. The watches go over one watch
 //     stream per Locker; one starts at the server's current revision, and
 //     when that is later than the read that saw the keys, a read after
 //     the watch's start finds a delete in between. While it waits, a

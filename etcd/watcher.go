@@ -2,10 +2,13 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // watcher watches predecessors' deletes for a Locker's waiters over one
@@ -17,17 +20,52 @@ import (
 // stream's reader hands it to the waiter directly. The server answers the
 // creations of one stream in order, so the watches being created are a
 // FIFO queue; it sends a watch's events only after its creation's answer.
+//
+// A wait that knows every key ahead of it (see attempt.wait) watches on a
+// watch of its whole queue that the Locker keeps for keepQueueWatch after
+// its last wait ends, and that the next wait on that queue takes up
+// without a round trip: etcd (3.4) reads the current revision, then
+// registers a watch from the next; a write applied in between leaves the
+// watch "unsynced", and the server sends its events only at its next
+// catch-up of such watches, every 100ms. A handoff that created a watch
+// per wait met that whenever a creation raced a write (5 grants in 1 000
+// in BenchmarkHandoffStalls, each waiting 0-100ms for its event).
 type watcher struct {
 	l *locker
 
 	mu       sync.Mutex
 	stream   pb.Watch_WatchClient
 	cancel   context.CancelFunc
-	creating []*deleteWatch         // sent, their creation not answered yet
-	active   map[int64]*deleteWatch // by watch id
+	creating []*serverWatch         // sent, their creation not answered yet
+	active   map[int64]*serverWatch // by watch id
+	queues   map[string]*serverWatch
 }
 
-// deleteWatch is one watch of the deletes of a set of keys, each of
+// keepQueueWatch is how long a queue's watch is kept after its last wait.
+const keepQueueWatch = time.Second
+
+// keepDeletes is how many of its latest deletes a queue's watch keeps, for
+// a wait that takes it up after they were delivered.
+const keepDeletes = 16
+
+// serverWatch is one watch on the server and the waits it serves.
+type serverWatch struct {
+	queue string         // a kept queue's watch; "" for one wait's own
+	waits []*deleteWatch // the waits on it
+	id    int64          // once created
+	// created: its creation was answered; stopped: a wait's own watch,
+	// stopped before that answer.
+	created, stopped bool
+	// A queue's watch: every delete of the queue after floor is in
+	// deletes (the newest keepDeletes) or still to come; last is the
+	// revision of the newest event delivered. idle cancels it once no wait
+	// has taken it up for keepQueueWatch.
+	floor, last int64
+	deletes     []*mvccpb.Event
+	idle        *time.Timer
+}
+
+// deleteWatch is one wait's watch of the deletes of a set of keys, each of
 // whose instances was there at revision base (a delete at base or before
 // is of an earlier instance of the same name: a spare etcd lease's key),
 // and of the waiter's own key, if own is set. notes receives, in order,
@@ -41,40 +79,106 @@ type deleteWatch struct {
 	own   string
 	base  int64
 	notes chan int64 // capacity 2: the reader never blocks
-	id    int64      // once created
-	// stopped: stop was called before the creation's answer; done: a
-	// last note was sent.
-	stopped, done bool
+	sw    *serverWatch
+	done  bool // a last note was sent
 }
 
-// watchDelete starts watching the keys of set (and own, unless "") for
-// their deletes after revision base, from the current revision on (see
-// waitDelete), on one watch of the range [from, end) that covers them
-// (the other keys' deletes in it are passed over). The stream requires a
-// leader: a member cut off from the others breaks it at once.
-func (w *watcher) watchDelete(from, end string, set map[string]bool, own string, base int64) (*deleteWatch, error) {
+// watchDelete starts watching the keys of set for their deletes after
+// revision base, from the current revision on (see waitDelete), on one
+// watch of the range [from, end) that covers them (the other keys'
+// deletes in it are passed over). The stream requires a leader: a member
+// cut off from the others breaks it at once.
+func (w *watcher) watchDelete(from, end string, set map[string]bool, base int64) (*deleteWatch, error) {
+	dw := &deleteWatch{set: set, base: base, notes: make(chan int64, 2)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.openLocked(); err != nil {
+		return nil, err
+	}
+	sw := &serverWatch{waits: []*deleteWatch{dw}}
+	dw.sw = sw
+	w.createLocked(sw, from, end)
+	return dw, nil
+}
+
+// watchQueue is watchDelete on the kept watch of the whole queue, and
+// watches own too (the waiter's key, see deleteWatch): one
+// created if there is none, or the kept one, whose creation note is then
+// base when its kept deletes cover every revision after base (those after
+// base are passed on at once), else the newest revision it delivered.
+func (w *watcher) watchQueue(queue string, set map[string]bool, own string, base int64) (*deleteWatch, error) {
 	dw := &deleteWatch{set: set, own: own, base: base, notes: make(chan int64, 2)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stream == nil {
-		// The stream, with its reader in a goroutine that Close waits for.
-		st, cancel, err := openStream(w.l, "watch", func(ctx context.Context) (pb.Watch_WatchClient, error) {
-			return pb.NewWatchClient(w.l.cli.ActiveConnection()).Watch(ctx)
-		}, w.read)
-		if err != nil {
-			return nil, err
-		}
-		w.stream, w.cancel, w.active = st, cancel, make(map[int64]*deleteWatch)
+	if err := w.openLocked(); err != nil {
+		return nil, err
 	}
-	st := w.stream
-	w.creating = append(w.creating, dw)
+	sw := w.queues[queue]
+	if sw == nil {
+		sw = &serverWatch{queue: queue}
+		w.queues[queue] = sw
+		w.createLocked(sw, queue, clientv3.GetPrefixRangeEnd(queue))
+		if w.stream == nil {
+			dw.sw = sw
+			w.note(dw, 0) // the send broke the stream
+			return dw, nil
+		}
+	}
+	if sw.idle != nil {
+		sw.idle.Stop()
+		sw.idle = nil
+	}
+	dw.sw = sw
+	sw.waits = append(sw.waits, dw)
+	if sw.created {
+		if sw.floor <= base {
+			dw.notes <- base
+			w.applyLocked(dw, sw.deletes)
+		} else {
+			dw.notes <- sw.last
+		}
+	}
+	return dw, nil
+}
+
+// dropQueue cancels queue's kept watch unless a wait is on it: a wait that
+// watches only its predecessor (a long queue) does not keep every delete
+// of the queue coming.
+func (w *watcher) dropQueue(queue string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sw := w.queues[queue]; sw != nil && sw.created && len(sw.waits) == 0 {
+		w.endQueueLocked(sw)
+	}
+}
+
+// openLocked opens the stream, with its reader in a goroutine that Close
+// waits for, unless it is open.
+func (w *watcher) openLocked() error {
+	if w.stream != nil {
+		return nil
+	}
+	st, cancel, err := openStream(w.l, "watch", func(ctx context.Context) (pb.Watch_WatchClient, error) {
+		return pb.NewWatchClient(w.l.cli.ActiveConnection()).Watch(ctx)
+	}, w.read)
+	if err != nil {
+		return err
+	}
+	w.stream, w.cancel = st, cancel
+	w.active, w.queues = make(map[int64]*serverWatch), make(map[string]*serverWatch)
+	return nil
+}
+
+// createLocked sends sw's creation, a watch of the deletes in [from, end)
+// from the current revision.
+func (w *watcher) createLocked(sw *serverWatch, from, end string) {
+	w.creating = append(w.creating, sw)
 	req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
 		Key: []byte(from), RangeEnd: []byte(end), Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
 	}}}
-	if err := st.Send(req); err != nil {
-		w.breakLocked(st)
+	if err := w.stream.Send(req); err != nil {
+		w.breakLocked(w.stream)
 	}
-	return dw, nil
 }
 
 // forget takes keys out of dw's set (a look found them gone at revision
@@ -90,20 +194,53 @@ func (w *watcher) forget(dw *deleteWatch, keys []string, rev int64) {
 	}
 }
 
-// stop ends dw: the server is told to cancel it (once created).
+// stop ends dw: a wait's own watch is cancelled on the server (once
+// created); a queue's watch is kept for keepQueueWatch once no wait is on
+// it.
 func (w *watcher) stop(dw *deleteWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	dw.done = true
-	if w.stream == nil {
+	sw := dw.sw
+	if i := slices.Index(sw.waits, dw); i >= 0 {
+		sw.waits = slices.Delete(sw.waits, i, i+1)
+	}
+	if w.stream == nil || len(sw.waits) > 0 {
 		return
 	}
-	if w.active[dw.id] != dw {
-		dw.stopped = true // cancelled when its creation is answered, if ever
-		return
+	switch {
+	case sw.queue != "":
+		if w.queues[sw.queue] == sw && sw.created {
+			w.idleLocked(sw)
+		}
+	case w.active[sw.id] != sw:
+		sw.stopped = true // cancelled when its creation is answered, if ever
+	default:
+		delete(w.active, sw.id)
+		w.sendCancelLocked(sw.id)
 	}
-	delete(w.active, dw.id)
-	w.sendCancelLocked(dw.id)
+}
+
+// idleLocked arms the end of a queue's watch that no wait is on.
+func (w *watcher) idleLocked(sw *serverWatch) {
+	sw.idle = time.AfterFunc(keepQueueWatch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.queues[sw.queue] == sw && len(sw.waits) == 0 {
+			w.endQueueLocked(sw)
+		}
+	})
+}
+
+// endQueueLocked cancels a created queue's watch.
+func (w *watcher) endQueueLocked(sw *serverWatch) {
+	if sw.idle != nil {
+		sw.idle.Stop()
+		sw.idle = nil
+	}
+	delete(w.queues, sw.queue)
+	delete(w.active, sw.id)
+	w.sendCancelLocked(sw.id)
 }
 
 func (w *watcher) sendCancelLocked(id int64) {
@@ -139,32 +276,65 @@ func (w *watcher) deliverLocked(resp *pb.WatchResponse) {
 			w.breakLocked(w.stream) // an answer to no creation of ours
 			return
 		}
-		dw := w.creating[0]
+		sw := w.creating[0]
 		w.creating[0] = nil
 		w.creating = w.creating[1:]
 		switch {
 		case resp.Canceled || resp.WatchId < 0:
-			w.note(dw, 0)
-		case dw.stopped:
+			if w.queues[sw.queue] == sw {
+				delete(w.queues, sw.queue)
+			}
+			w.noteAll(sw, 0)
+		case sw.stopped:
 			w.sendCancelLocked(resp.WatchId)
 		default:
-			dw.id = resp.WatchId
-			w.active[dw.id] = dw
-			dw.notes <- resp.Header.Revision
+			sw.id, sw.created = resp.WatchId, true
+			sw.floor, sw.last = resp.Header.Revision, resp.Header.Revision
+			w.active[sw.id] = sw
+			for _, dw := range sw.waits {
+				dw.notes <- resp.Header.Revision
+			}
+			if sw.queue != "" && len(sw.waits) == 0 {
+				w.idleLocked(sw)
+			}
 		}
 		return
 	}
-	dw := w.active[resp.WatchId]
-	if dw == nil {
+	sw := w.active[resp.WatchId]
+	if sw == nil {
 		return // a watch stopped since
 	}
 	if resp.Canceled {
 		delete(w.active, resp.WatchId)
-		w.note(dw, 0)
+		if w.queues[sw.queue] == sw {
+			delete(w.queues, sw.queue)
+		}
+		w.noteAll(sw, 0)
 		return
 	}
+	if sw.queue != "" {
+		for _, ev := range resp.Events {
+			sw.last = max(sw.last, ev.Kv.ModRevision)
+			if ev.Type != mvccpb.DELETE {
+				continue
+			}
+			if len(sw.deletes) == keepDeletes {
+				sw.floor = sw.deletes[0].Kv.ModRevision
+				sw.deletes = append(sw.deletes[:0], sw.deletes[1:]...)
+			}
+			sw.deletes = append(sw.deletes, ev)
+		}
+	}
+	for _, dw := range slices.Clone(sw.waits) {
+		w.applyLocked(dw, resp.Events)
+	}
+}
+
+// applyLocked passes the events of one answer (or a queue watch's kept
+// deletes) to dw.
+func (w *watcher) applyLocked(dw *deleteWatch, evs []*mvccpb.Event) {
 	emptied := int64(0)
-	for _, ev := range resp.Events {
+	for _, ev := range evs {
 		if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= dw.base {
 			continue
 		}
@@ -193,6 +363,13 @@ func (w *watcher) note(dw *deleteWatch, rev int64) {
 	}
 }
 
+// noteAll sends every wait on sw the last note rev.
+func (w *watcher) noteAll(sw *serverWatch, rev int64) {
+	for _, dw := range sw.waits {
+		w.note(dw, rev)
+	}
+}
+
 // breakLocked ends st, breaking every watch on it; the next watch opens a
 // new stream.
 func (w *watcher) breakLocked(st pb.Watch_WatchClient) {
@@ -201,11 +378,16 @@ func (w *watcher) breakLocked(st pb.Watch_WatchClient) {
 	}
 	w.cancel()
 	w.stream, w.cancel = nil, nil
-	for _, dw := range w.creating {
-		w.note(dw, 0)
+	for _, sw := range w.creating {
+		w.noteAll(sw, 0)
 	}
-	for _, dw := range w.active {
-		w.note(dw, 0)
+	for _, sw := range w.active {
+		w.noteAll(sw, 0)
 	}
-	w.creating, w.active = nil, nil
+	for _, sw := range w.queues {
+		if sw.idle != nil {
+			sw.idle.Stop()
+		}
+	}
+	w.creating, w.active, w.queues = nil, nil, nil
 }
