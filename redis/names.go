@@ -17,10 +17,10 @@ import (
 type names struct {
 	name string
 	keys
-	wake                string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
-	lockArg, fenceArg   any
-	queueArg, chanArg   any // Redlock: the waiter registry and the release channel prefix
-	waitersArg, dataArg any // single server and Cluster: the grant queue
+	wake              string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
+	lockArg, fenceArg any
+	queueArg, chanArg any // Redlock: the waiter registry and the release channel prefix
+	waitersArg        any // single server and Cluster: the grant queue
 	// sem is set for a semaphore name (a cache made by newSemCache), whose
 	// keys are layout.RedisSemaphoreKeys: lock is the holders' sorted set,
 	// fence its own counter, queue and channel its waiter registry and
@@ -91,7 +91,7 @@ func (c *nameCache) get(name string) *names {
 		n.wake = k.channel + ":" + c.hubID
 		n.queueArg, n.chanArg = k.queue, k.channel
 	} else {
-		n.waitersArg, n.dataArg = k.waiters, k.waiterData
+		n.waitersArg = k.waiters
 	}
 	slot.Store(n)
 	return n
