@@ -494,13 +494,8 @@ func acquireArgs(dst []any, n *names, value, ttl any, reg registration) []any {
 			last = "1"
 		}
 	}
-	q := n.queueArg
-	if q == nil {
-		// A single server or Cluster: no registration (reg is empty), so
-		// the key is not touched; any key of the name's slot will do.
-		q = n.waitersArg
-	}
-	return append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, q, value, ttl, id, regLifetimeArg, last)
+	fence, q := n.acquireKeys()
+	return append(acquireScript.args(dst, "3"), n.lockArg, fence, q, value, ttl, id, regLifetimeArg, last)
 }
 
 // acquireOn runs acquire.lua on one client with the list of acquireArgs.
