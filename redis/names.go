@@ -17,10 +17,15 @@ import (
 type names struct {
 	name string
 	keys
-	wake                string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
-	lockArg, fenceArg   any
-	queueArg, chanArg   any // Redlock: the waiter registry and the release channel prefix
-	waitersArg, dataArg any // single server and Cluster: the grant queue
+	wake              string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
+	lockArg           any
+	fenceArg          any // Redlock and semaphores
+	queueArg, chanArg any // Redlock: the waiter registry and the release channel prefix
+	// tryArgs are, on a single server or a Cluster, the fence and grant
+	// queue keys boxed as a TryAcquire's acquire.lua takes them, made at
+	// the name's first TryAcquire: a blocking Acquire and a release take
+	// the lock key alone, and a fresh name's Acquire boxes nothing more.
+	tryArgs atomic.Pointer[[2]any]
 	// sem is set for a semaphore name (a cache made by newSemCache), whose
 	// keys are layout.RedisSemaphoreKeys: lock is the holders' sorted set,
 	// fence its own counter, queue and channel its waiter registry and
@@ -86,15 +91,28 @@ func (c *nameCache) get(name string) *names {
 		return n
 	}
 	k := keysFor(c.prefix, name)
-	n := &names{name: name, keys: k, lockArg: k.lock, fenceArg: k.fence}
+	n := &names{name: name, keys: k, lockArg: k.lock}
 	if c.hubID != "" {
 		n.wake = k.channel + ":" + c.hubID
-		n.queueArg, n.chanArg = k.queue, k.channel
-	} else {
-		n.waitersArg, n.dataArg = k.waiters, k.waiterData
+		n.fenceArg, n.queueArg, n.chanArg = k.fence, k.queue, k.channel
 	}
 	slot.Store(n)
 	return n
+}
+
+// acquireKeys returns the fence and queue keys acquire.lua takes, boxed:
+// Redlock's waiter registry, or on a single server or Cluster the grant
+// queue (which acquire.lua does not touch there: it registers no one).
+func (n *names) acquireKeys() (fence, queue any) {
+	if n.queueArg != nil {
+		return n.fenceArg, n.queueArg
+	}
+	p := n.tryArgs.Load()
+	if p == nil {
+		p = &[2]any{n.fence, n.waiters}
+		n.tryArgs.Store(p)
+	}
+	return p[0], p[1]
 }
 
 // grantValues makes the values that mark a grant as its owner's in the

@@ -42,3 +42,27 @@ func TestNameCache(t *testing.T) {
 		t.Error("a name seen just before was derived again")
 	}
 }
+
+// TestFreshNameAllocations: a single server or Cluster Locker's blocking
+// Acquire and release take the lock key alone, so a name not seen lately
+// costs its names, its keys (one string) and the lock key boxed; the keys
+// a TryAcquire takes besides are boxed at its first, and kept.
+func TestFreshNameAllocations(t *testing.T) {
+	c := newNameCache("p:", "")
+	fresh := make([]string, 200)
+	for i := range fresh {
+		fresh[i] = "orders/" + strconv.Itoa(i)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(100, func() { c.get(fresh[i]); i++ }); n > 3 {
+		t.Errorf("get of a fresh name: %v allocations, want at most 3", n)
+	}
+	n := c.get("orders/try")
+	f, q := n.acquireKeys()
+	if f != any(n.fence) || q != any(n.waiters) {
+		t.Fatalf("acquireKeys = %v, %v, want %q, %q", f, q, n.fence, n.waiters)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { n.acquireKeys() }); allocs != 0 {
+		t.Errorf("acquireKeys of a name seen before: %v allocations, want 0", allocs)
+	}
+}

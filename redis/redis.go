@@ -264,7 +264,7 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 		// the background: a cancelled caller returns when its ctx ends,
 		// not when a hung server lets the clean-up finish (Close waits
 		// for it).
-		l.takeBack(ctx, ls, releaseScript)
+		l.takeBack(ctx, ls, false)
 		return nil, err
 	}
 	if !granted {
@@ -295,12 +295,12 @@ func (l *locker) Inspect(ctx context.Context, name string) (driver.Info, error) 
 }
 
 // takeBack undoes, in the background, what a failed or cancelled attempt
-// may have left (its reply may be lost): handover.lua for a TryAcquire
-// (pass releaseScript), cancel.lua for a blocking Acquire (its queue
-// entry, and a grant that reached it). It returns when the clean-up is
-// done or ctx ends: a cancelled caller does not wait for a hung server
-// (Close waits for the clean-up).
-func (l *locker) takeBack(ctx context.Context, ls *lease, s *script) {
+// may have left (its reply may be lost): handover.lua for a TryAcquire,
+// cancel.lua for a blocking Acquire (waited: its queue entry, and a grant
+// that reached it). It returns when the clean-up is done or ctx ends: a
+// cancelled caller does not wait for a hung server (Close waits for the
+// clean-up).
+func (l *locker) takeBack(ctx context.Context, ls *lease, waited bool) {
 	done := l.grants.cleanup(func() {
 		cctx, cancel := cleanupContext(ctx)
 		defer cancel()
@@ -308,11 +308,12 @@ func (l *locker) takeBack(ctx context.Context, ls *lease, s *script) {
 		if cerr != nil {
 			return
 		}
-		if s == releaseScript {
-			s = handoverScript
+		s := queueScriptsFor(cmd).handover
+		if waited {
+			s = queueScriptsFor(cmd).cancel
 		}
 		takeBack(cctx, func(ctx context.Context) bool {
-			r, err := s.run(ctx, l.client, handoverArgs(ls.args[:], s, ls.n, ls.valueArg, cmd)).Int64()
+			r, err := s.run(ctx, l.client, handoverArgs(ls.args[:], s, ls.n, ls.valueArg)).Int64()
 			return r == 1 || err != nil
 		})
 	})
@@ -344,6 +345,7 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	ls := &lease{l: l, n: n, value: l.values.next(req.Owner)}
 	ls.valueArg = ls.value
 	ttl := l.ttl.get(req.TTL)
+	wait := queueScriptsFor(cmd).wait
 	channel, chArg := l.grantChannel(n, cmd)
 	// The waiter is registered before its first request when its channel
 	// is subscribed: a release may hand it the lock and publish the grant
@@ -363,9 +365,9 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 		}
 	}()
 	start := time.Now()
-	granted, v, err := waitOn(ctx, l.client, waitArgs(ls.args[:], n, ls.valueArg, ttl, cmd, chArg))
+	granted, v, err := runAcquire(ctx, l.client, wait, waitArgs(ls.args[:], wait, n, ls.valueArg, ttl, chArg))
 	if err != nil {
-		l.takeBack(ctx, ls, cancelScript)
+		l.takeBack(ctx, ls, true)
 		return nil, err
 	}
 	if granted {
@@ -374,7 +376,7 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 	}
 	if w == nil {
 		if w, ready, ok = l.grants.add(ls.value, channel, true); !ok {
-			l.takeBack(ctx, ls, cancelScript)
+			l.takeBack(ctx, ls, true)
 			return nil, fmt.Errorf("redis: acquire: %w", driver.ErrClosed)
 		}
 	}
@@ -402,7 +404,7 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 			}
 			if !errors.Is(err, driver.ErrNotHeld) {
 				if ctx.Err() != nil {
-					l.takeBack(ctx, ls, cancelScript)
+					l.takeBack(ctx, ls, true)
 					return nil, ctx.Err()
 				}
 				return ls, nil // counted from safe, which holds
@@ -413,13 +415,13 @@ func (l *locker) Acquire(ctx context.Context, req driver.Request) (driver.Lease,
 		case <-w.kick:
 		case <-t.C:
 		case <-ctx.Done():
-			l.takeBack(ctx, ls, cancelScript)
+			l.takeBack(ctx, ls, true)
 			return nil, ctx.Err()
 		}
 		s := time.Now()
-		granted, v, err := waitOn(ctx, l.client, waitArgs(ls.args[:], n, ls.valueArg, ttl, cmd, chArg))
+		granted, v, err := runAcquire(ctx, l.client, wait, waitArgs(ls.args[:], wait, n, ls.valueArg, ttl, chArg))
 		if err != nil {
-			l.takeBack(ctx, ls, cancelScript)
+			l.takeBack(ctx, ls, true)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -472,7 +474,8 @@ func (ls *lease) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := handoverScript.run(ctx, ls.l.client, handoverArgs(ls.args[:], handoverScript, ls.n, ls.valueArg, cmd)).Int64()
+	s := queueScriptsFor(cmd).handover
+	r, err := s.run(ctx, ls.l.client, handoverArgs(ls.args[:], s, ls.n, ls.valueArg)).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release: %w", err)
 	}
@@ -491,13 +494,8 @@ func acquireArgs(dst []any, n *names, value, ttl any, reg registration) []any {
 			last = "1"
 		}
 	}
-	q := n.queueArg
-	if q == nil {
-		// A single server or Cluster: no registration (reg is empty), so
-		// the key is not touched; any key of the name's slot will do.
-		q = n.waitersArg
-	}
-	return append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, q, value, ttl, id, regLifetimeArg, last)
+	fence, q := n.acquireKeys()
+	return append(acquireScript.args(dst, "3"), n.lockArg, fence, q, value, ttl, id, regLifetimeArg, last)
 }
 
 // acquireOn runs acquire.lua on one client with the list of acquireArgs.
@@ -536,21 +534,17 @@ func refreshOn(ctx context.Context, c doer, n *names, value, ttl any) error {
 	return nil
 }
 
-// waitArgs makes wait.lua's argument list in dst.
-func waitArgs(dst []any, n *names, value, ttl, pubCmd, channel any) []any {
-	return append(waitScript.args(dst, "4"), n.lockArg, n.fenceArg, n.waitersArg, n.dataArg, value, ttl, pubCmd, channel, waitEntryLifeArg)
-}
-
-// waitOn runs wait.lua: granted and the token when the caller holds the
-// lock, not granted when it is queued.
-func waitOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
-	return runAcquire(ctx, c, waitScript, args)
+// waitArgs makes the argument list of wait.lua (s, a queueScripts' wait)
+// in dst. runAcquire runs it: granted and the token when the caller holds
+// the lock, not granted when it is queued.
+func waitArgs(dst []any, s *script, n *names, value, ttl, channel any) []any {
+	return append(s.args(dst, "1"), n.lockArg, value, ttl, channel)
 }
 
 // handoverArgs makes the argument list of handover.lua or cancel.lua (s)
 // in dst.
-func handoverArgs(dst []any, s *script, n *names, value, pubCmd any) []any {
-	return append(s.args(dst, "4"), n.lockArg, n.fenceArg, n.waitersArg, n.dataArg, value, pubCmd)
+func handoverArgs(dst []any, s *script, n *names, value any) []any {
+	return append(s.args(dst, "1"), n.lockArg, value)
 }
 
 // releaseArgs makes release.lua's argument list in dst. pubCmd is the

@@ -46,12 +46,46 @@ var (
 	inspectScript = goredis.NewScript(inspectLua)
 
 	// The FIFO grant queue of a single server or a Cluster (Redlock keeps
-	// acquire.lua and release.lua): each script starts with grant.lua's
-	// grantNext.
-	waitScript     = newScript(grantLua + waitLua)
-	handoverScript = newScript(grantLua + handoverLua)
-	cancelScript   = newScript(grantLua + cancelLua)
+	// acquire.lua and release.lua), in a variant per publish command.
+	publishScripts  = newQueueScripts("PUBLISH")
+	spublishScripts = newQueueScripts("SPUBLISH")
 )
+
+// queueScripts are the FIFO grant queue's scripts for one publish command.
+// Each starts with queueHeader's constants and grant.lua's grantNext, and
+// takes one key, the lock key: what the queue's scripts used to take as
+// keys and arguments besides it (the fence, queue and entry keys, the
+// publish command, a queue entry's life) is derived or constant, and each
+// key or argument parsed and copied into a script's tables cost the
+// server time on every acquire and release.
+type queueScripts struct{ wait, handover, cancel *script }
+
+func newQueueScripts(pub string) *queueScripts {
+	h := queueHeader(pub) + grantLua
+	return &queueScripts{wait: newScript(h + waitLua), handover: newScript(h + handoverLua), cancel: newScript(h + cancelLua)}
+}
+
+// queueScriptsFor returns the scripts that publish with pubCmd
+// (publishCommand's).
+func queueScriptsFor(pubCmd any) *queueScripts {
+	if pubCmd == "SPUBLISH" {
+		return spublishScripts
+	}
+	return publishScripts
+}
+
+// queueHeader declares the constants of the queue's scripts: the publish
+// command, a queue entry's life in milliseconds, and the suffixes that
+// make a name's fence, queue and entry keys from its lock key, taken from
+// internal/layout (each key is the lock key and a suffix, so it carries
+// the lock key's hash tag: a Cluster finds it in the slot of the key the
+// script declares).
+func queueHeader(pub string) string {
+	k := layout.RedisKeys("", "x")
+	suffix := func(key string) string { return strconv.Quote(strings.TrimPrefix(key, k.Lock)) }
+	return "local PUB, ENTRY_LIFE = '" + pub + "', " + strconv.FormatInt(millis(waitEntryLife), 10) + "\n" +
+		"local FENCE, QUEUE, DATA = " + suffix(k.Fence) + ", " + suffix(k.Waiters) + ", " + suffix(k.WaiterData) + "\n"
+}
 
 // script is a Lua script run by EVALSHA through Do, on an argument list
 // the caller prepared: a lease keeps the list of its acquire and release
@@ -98,8 +132,8 @@ const (
 	acquireArgc  = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments
 	releaseArgc  = 10 // evalsha, digest, numkeys, 2 keys, 5 arguments
 	refreshArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
-	waitArgc     = 12 // evalsha, digest, numkeys, 4 keys, 5 arguments
-	handoverArgc = 9  // evalsha, digest, numkeys, 4 keys, 2 arguments (cancel.lua too)
+	waitArgc     = 7  // evalsha, digest, numkeys, 1 key, 3 arguments
+	handoverArgc = 5  // evalsha, digest, numkeys, 1 key, 1 argument (cancel.lua too)
 	passArgc     = 8  // evalsha, digest, numkeys, 2 keys, 3 arguments
 )
 
@@ -108,8 +142,6 @@ const (
 // unless renewed, so that a dead waiter's entry is skipped (and the queue
 // keys vanish) within seconds.
 const waitEntryLife = 3 * time.Second
-
-var waitEntryLifeArg any = millis(waitEntryLife)
 
 // renewEvery is how often a waiter renews its queue entry (which also
 // takes a grant whose message was lost, and a lock whose holder expired

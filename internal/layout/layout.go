@@ -31,10 +31,12 @@ type Redis struct {
 // acquire of a name it has not seen lately.
 func RedisKeys(prefix, name string) Redis {
 	tag := RedisTag(name)
-	lock := prefix + "{" + tag + "}"
 	const fence, queue, channel, waiters, data = ":fence", ":q", ":rel", ":w", ":wd"
-	s := lock + fence + lock + queue + lock + channel + lock + waiters + lock + data
-	n := len(lock)
+	// One concatenation, one allocation (the lock key made apart first
+	// was a second, thrown away).
+	s := prefix + "{" + tag + "}" + fence + prefix + "{" + tag + "}" + queue + prefix + "{" + tag + "}" + channel +
+		prefix + "{" + tag + "}" + waiters + prefix + "{" + tag + "}" + data
+	n := len(prefix) + len(tag) + 2
 	var k Redis
 	k.Lock, k.Fence = s[:n], s[:n+len(fence)]
 	i := n + len(fence)

@@ -95,3 +95,15 @@ func TestRedisKeys(t *testing.T) {
 		seen[lock] = name
 	}
 }
+
+// TestRedisKeysOneAllocation: a driver derives the keys on every acquire
+// of a name it has not seen lately, so they share one allocation, long
+// names included (a name of over 32 bytes made the lock key apart, on the
+// heap, before the shared string).
+func TestRedisKeysOneAllocation(t *testing.T) {
+	for _, name := range []string{"orders/42", "bench/driver/" + strings.Repeat("x", 40) + "/1234"} {
+		if n := testing.AllocsPerRun(100, func() { _ = RedisKeys("dlock:", name) }); n != 1 {
+			t.Errorf("RedisKeys(%d-byte name): %v allocations, want 1", len(name), n)
+		}
+	}
+}
