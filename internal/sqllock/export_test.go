@@ -1,0 +1,34 @@
+package sqllock
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// CountStatements makes l's pool count the statements it runs, and
+// returns the count. Call it before l is used.
+func (l *Locker) CountStatements() *atomic.Int64 {
+	p := &countingPool{Pool: l.pool}
+	l.pool = p
+	return &p.n
+}
+
+type countingPool struct {
+	Pool
+	n atomic.Int64
+}
+
+func (p *countingPool) Run(ctx context.Context, stmts []Stmt, dest ...any) (bool, error) {
+	p.n.Add(int64(len(stmts)))
+	return p.Pool.Run(ctx, stmts, dest...)
+}
+
+// SetRefreshWindow makes l's refresh batches wait d for others to join
+// (a loaded machine may start a test's refreshes further apart than the
+// TTL's 200th). Call it before l is used.
+func (l *Locker) SetRefreshWindow(d time.Duration) {
+	if l.refresher != nil {
+		l.refresher.window = d
+	}
+}
