@@ -32,3 +32,14 @@ func (l *Locker) SetRefreshWindow(d time.Duration) {
 		l.refresher.window = d
 	}
 }
+
+// BatchRefreshes turns l's refresh batches off (each refresh its own
+// statement, as before batching) or back on. Call it while no refresh is
+// in flight.
+func (l *Locker) BatchRefreshes(on bool) {
+	if b, ok := l.d.(VersionBatcher); ok && on && l.strategy == Version {
+		l.refresher = &refresher{l: l, b: b}
+		return
+	}
+	l.refresher = nil
+}
