@@ -602,6 +602,33 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	}
 }
 
+// VersionRefreshBatch is VersionRefresh for many leases in one
+// statement: the rows it changed are its answer (countTag). The name IN
+// list lets the primary key find the rows; (name, fence) picks the leases.
+func (dialect) VersionRefreshBatch(t sqllock.Table, ttl time.Duration, rs []sqllock.Req) []sqllock.Stmt {
+	var b strings.Builder
+	b.WriteString(countTag + "UPDATE " + t.Q + " SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name IN (")
+	args := make([]any, 0, 1+3*len(rs))
+	args = append(args, sqllock.Micros(ttl))
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("?")
+		args = append(args, r.Name)
+	}
+	b.WriteString(") AND (name, fence) IN (")
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("(?,?)")
+		args = append(args, r.Name, r.Token)
+	}
+	b.WriteString(") AND expires_at > UTC_TIMESTAMP(6)")
+	return []sqllock.Stmt{sqllock.S(b.String(), args...)}
+}
+
 // VersionRelease frees the lease in one statement, as VersionRefresh.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{

@@ -35,6 +35,9 @@ const (
 	// does not match the WHERE: it counts as no row changed whatever
 	// clientFoundRows says.
 	takeTag = "/* dlock:take */ "
+	// countTag: the answer is one row, (the rows the statement changed),
+	// even 0.
+	countTag = "/* dlock:count */ "
 )
 
 // A script of several statements in which one is tagged with one of these
@@ -178,7 +181,8 @@ type execer interface {
 // dest as Run would scan the row of a query.
 func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (handled, found bool, err error) {
 	grant, take := strings.HasPrefix(s.SQL, grantTag), strings.HasPrefix(s.SQL, takeTag)
-	if !grant && !take && !strings.HasPrefix(s.SQL, changedTag) {
+	count := strings.HasPrefix(s.SQL, countTag)
+	if !grant && !take && !count && !strings.HasPrefix(s.SQL, changedTag) {
 		return false, false, nil
 	}
 	res, err := db.ExecContext(ctx, s.SQL, s.Args...)
@@ -208,6 +212,9 @@ func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (hand
 		return true, true, assign(dest, token, nil)
 	}
 	n, err := res.RowsAffected()
+	if count && err == nil {
+		return true, true, assign(dest, n)
+	}
 	if err != nil || n == 0 {
 		return true, false, err
 	}

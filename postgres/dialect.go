@@ -467,6 +467,22 @@ func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	}), r.Name, r.Token, sqllock.Micros(r.TTL))}
 }
 
+// VersionRefreshBatch is VersionRefresh for many leases in one
+// statement (the same text for any number): its answer is how many it
+// extended.
+func (dialect) VersionRefreshBatch(t sqllock.Table, ttl time.Duration, rs []sqllock.Req) []sqllock.Stmt {
+	names, tokens := make([]string, len(rs)), make([]int64, len(rs))
+	for i, r := range rs {
+		names[i], tokens[i] = r.Name, r.Token
+	}
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version refresh batch"}, func() string {
+		return "WITH u AS (UPDATE " + t.Q + " AS x SET expires_at = now() + $3::bigint * interval '1 microsecond'" +
+			" FROM unnest($1::text[], $2::bigint[]) AS b(name, fence)" +
+			" WHERE x.name = b.name AND x.fence = b.fence AND x.expires_at > now() RETURNING 1)" +
+			" SELECT count(*) FROM u"
+	}), names, tokens, sqllock.Micros(ttl))}
+}
+
 // nowMicros is the server's now() in microseconds since the epoch: the
 // clock of the grant queue's entries.
 const nowMicros = "(extract(epoch FROM now()) * 1e6)::bigint"

@@ -60,6 +60,9 @@ type Locker struct {
 	contended knownset.Set
 
 	hub *hub
+	// refresher batches Version leases' refreshes (a VersionBatcher
+	// dialect); nil: each is its own statement.
+	refresher *refresher
 	// id names this Locker's grant channel (VersionQueuer).
 	id string
 }
@@ -150,6 +153,9 @@ func newLocker(cfg Config) *Locker {
 		id:       strconv.FormatUint(rand.Uint64(), 36),
 	}
 	l.rows.Max = maxKnownRows
+	if b, ok := cfg.Dialect.(VersionBatcher); ok && cfg.Strategy == Version {
+		l.refresher = &refresher{l: l, b: b}
+	}
 	l.caps = capabilities(cfg)
 	if n, ok := cfg.Pool.(Notifier); ok && (cfg.Strategy == Version || l.caps.MaxPermits > 0) {
 		// Version locks' queued waiters and every strategy's semaphore

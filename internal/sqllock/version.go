@@ -107,12 +107,21 @@ func (v *versionLease) Token() uint64         { return uint64(v.r.Token) }
 func (v *versionLease) GrantedAt() time.Time  { return v.at }
 func (v *versionLease) Lost() <-chan struct{} { return nil }
 
-// Refresh moves the expiry to the server's now plus ttl, if still held.
+// Refresh moves the expiry to the server's now plus ttl, if still held:
+// in a batch with the Locker's other refreshes when the dialect can
+// (VersionBatcher).
 func (v *versionLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	r := v.r
 	r.TTL = ttl
 	if v.sem != nil {
 		return v.cond(ctx, "refresh", v.sem.SemVersionRefresh(v.l.t, r))
+	}
+	if f := v.l.refresher; f != nil {
+		found, err := f.refresh(ctx, r, ttl)
+		if err != nil {
+			err = ctxErr(ctx, v.l.errorf("refresh %q: %w", v.r.Name, err))
+		}
+		return v.held(found, err, "refresh")
 	}
 	return v.cond(ctx, "refresh", v.l.d.VersionRefresh(v.l.t, r))
 }

@@ -1,0 +1,151 @@
+package sqllock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// VersionBatcher is implemented by dialects that can refresh many Version
+// leases in one statement.
+type VersionBatcher interface {
+	// VersionRefreshBatch extends each lease of rs (their Name and Token;
+	// every one's TTL is ttl) whose row still holds it (name AND fence
+	// match, not expired), each new expiry the server's clock when the
+	// statement runs plus ttl; it never touches another row. Its answer
+	// is one value, an int64: how many leases it extended.
+	VersionRefreshBatch(t Table, ttl time.Duration, rs []Req) []Stmt
+}
+
+// refresher batches the refreshes of a Locker's Version leases (locks,
+// not semaphores' permits): one lease's refresh is its own UPDATE and
+// round trip, and 1 000 leases held by one Locker, each refreshed every
+// third of its TTL, cost the client more in statements and goroutine
+// wakes than in work. The refreshes that come within refreshWindow of the
+// first go together in one statement (VersionBatcher), at most
+// maxRefreshBatch of them; when it extends every one of its leases, it
+// answers them all. When it extends fewer (a lease was lost, expired or
+// released), each half is sent again until the lost ones stand alone, so
+// only they fail, with ErrNotHeld.
+//
+// Safety is unchanged: a lease's new expiry is the server's now when the
+// batch's statement runs, which is after its caller started the refresh
+// (the portable layer measures its deadline from that start), and the
+// statement matches each row by name AND token, unexpired: it extends no
+// lease that is not its own, and none released before it runs. What a
+// batch costs is the wait for it: a refresh answers up to refreshWindow
+// later.
+type refresher struct {
+	l *Locker
+	b VersionBatcher
+
+	mu    sync.Mutex
+	calls []*refreshCall // waiting for the batch
+	ttl   time.Duration  // of every waiting call
+	timer *time.Timer    // fires the batch; made by the first refresh
+	armed bool           // the timer is armed for calls
+	// window, when set, replaces refreshWindow (tests).
+	window time.Duration
+}
+
+// refreshCall is one lease's refresh in a batch, and its outcome.
+type refreshCall struct {
+	r     Req
+	done  chan struct{}
+	found bool  // the lease was extended
+	err   error // the statement failed
+}
+
+// refreshWindow is how long a refresh waits for others to join its batch:
+// a 200th of the TTL (a refresh comes every third), at most 20ms.
+func refreshWindow(ttl time.Duration) time.Duration {
+	return min(ttl/200, 20*time.Millisecond)
+}
+
+// maxRefreshBatch is the most leases one statement refreshes.
+const maxRefreshBatch = 256
+
+// refresh extends r's lease by ttl in the next batch: whether it was
+// still held, or the statement's error, or ctx's.
+func (f *refresher) refresh(ctx context.Context, r Req, ttl time.Duration) (bool, error) {
+	c := &refreshCall{r: r, done: make(chan struct{})}
+	f.mu.Lock()
+	if len(f.calls) > 0 && f.ttl != ttl {
+		// A batch has one TTL: send the waiting one now.
+		f.fireLocked()
+	}
+	f.ttl = ttl
+	f.calls = append(f.calls, c)
+	switch {
+	case len(f.calls) >= maxRefreshBatch:
+		f.fireLocked()
+	case !f.armed:
+		f.armed = true
+		w := refreshWindow(ttl)
+		if f.window > 0 {
+			w = f.window
+		}
+		if f.timer == nil {
+			f.timer = time.AfterFunc(w, f.fire)
+		} else {
+			f.timer.Reset(w)
+		}
+	}
+	f.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.found, c.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// fire is the timer's func: it sends the batch.
+func (f *refresher) fire() {
+	f.mu.Lock()
+	f.fireLocked()
+	f.mu.Unlock()
+}
+
+// fireLocked sends the waiting calls as a batch, in the background (Close
+// waits for it). f.mu is held.
+func (f *refresher) fireLocked() {
+	calls, ttl := f.calls, f.ttl
+	f.calls = nil
+	if f.armed {
+		f.armed = false
+		f.timer.Stop()
+	}
+	if len(calls) == 0 {
+		return
+	}
+	f.l.goCleanup(func() {
+		// A refresh later than the TTL is of no use: the statement's
+		// context ends then (a caller that gives up earlier returns on
+		// its own).
+		ctx, cancel := context.WithTimeout(context.Background(), ttl)
+		defer cancel()
+		f.send(ctx, ttl, calls)
+	})
+}
+
+// send refreshes calls in one statement and answers each; when the
+// statement extended fewer leases than calls, it sends each half again.
+func (f *refresher) send(ctx context.Context, ttl time.Duration, calls []*refreshCall) {
+	rs := make([]Req, len(calls))
+	for i, c := range calls {
+		rs[i] = c.r
+	}
+	var n int64
+	_, err := f.l.pool.Run(ctx, f.b.VersionRefreshBatch(f.l.t, ttl, rs), &n)
+	if err == nil && n < int64(len(calls)) && len(calls) > 1 {
+		half := len(calls) / 2
+		f.send(ctx, ttl, calls[:half])
+		f.send(ctx, ttl, calls[half:])
+		return
+	}
+	for _, c := range calls {
+		c.found, c.err = err == nil && n > 0, err
+		close(c.done)
+	}
+}
