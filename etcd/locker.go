@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/layout"
 )
 
@@ -91,6 +92,7 @@ func newLocker(cli *clientv3.Client, own bool, prefix string) *locker {
 	l.spares.l = l
 	l.renewer.l = l
 	l.refresher.l = l
+	l.refresher.batch = batch.Batcher[*refreshCall]{Max: maxRefreshBatch, Send: l.refresher.sendBatch}
 	l.watcher.l = l
 	l.closing, l.close = context.WithCancel(context.Background())
 	return l

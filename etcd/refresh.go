@@ -2,11 +2,12 @@ package etcd
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/internal/batch"
 )
 
 // refresher batches the refreshes of a Locker's leases. A refresh is a
@@ -27,12 +28,8 @@ import (
 // deadline assumes. What a batch costs is the wait for it: a refresh
 // answers up to refreshWindow later.
 type refresher struct {
-	l *locker
-
-	mu    sync.Mutex
-	calls []*refreshCall // waiting for the batch
-	timer *time.Timer    // fires the batch; made by the first refresh
-	armed bool           // the timer is armed for calls
+	l     *locker
+	batch batch.Batcher[*refreshCall] // Send: r.sendBatch
 }
 
 // refreshCall is one lease's refresh in a batch, and its outcome.
@@ -63,20 +60,7 @@ const maxRefreshBatch = 128
 func (r *refresher) refresh(ctx context.Context, ls *lease) (*refreshCall, error) {
 	c := &refreshCall{ls: ls, done: make(chan struct{})}
 	c.deadline, _ = ctx.Deadline()
-	r.mu.Lock()
-	r.calls = append(r.calls, c)
-	switch {
-	case len(r.calls) >= maxRefreshBatch:
-		r.fireLocked()
-	case !r.armed:
-		r.armed = true
-		if r.timer == nil {
-			r.timer = time.AfterFunc(refreshWindow(ls.ttl), r.fire)
-		} else {
-			r.timer.Reset(refreshWindow(ls.ttl))
-		}
-	}
-	r.mu.Unlock()
+	r.batch.Add(c, refreshWindow(ls.ttl))
 	select {
 	case <-c.done:
 		return c, nil
@@ -85,25 +69,8 @@ func (r *refresher) refresh(ctx context.Context, ls *lease) (*refreshCall, error
 	}
 }
 
-// fire is the timer's func: it sends the batch.
-func (r *refresher) fire() {
-	r.mu.Lock()
-	r.fireLocked()
-	r.mu.Unlock()
-}
-
-// fireLocked sends the waiting calls as a batch, in a goroutine that Close
-// waits for. r.mu is held.
-func (r *refresher) fireLocked() {
-	calls := r.calls
-	r.calls = nil
-	if r.armed {
-		r.armed = false
-		r.timer.Stop()
-	}
-	if len(calls) == 0 {
-		return
-	}
+// sendBatch sends a batch in a goroutine that Close waits for.
+func (r *refresher) sendBatch(calls []*refreshCall) {
 	if !r.l.background(func() { r.send(calls) }) {
 		for _, c := range calls {
 			c.renewErr = errClosed

@@ -38,7 +38,7 @@ func (l *Locker) SetRefreshWindow(d time.Duration) {
 // in flight.
 func (l *Locker) BatchRefreshes(on bool) {
 	if b, ok := l.d.(VersionBatcher); ok && on && l.strategy == Version {
-		l.refresher = &refresher{l: l, b: b}
+		l.refresher = newRefresher(l, b)
 		return
 	}
 	l.refresher = nil

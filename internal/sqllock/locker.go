@@ -154,7 +154,7 @@ func newLocker(cfg Config) *Locker {
 	}
 	l.rows.Max = maxKnownRows
 	if b, ok := cfg.Dialect.(VersionBatcher); ok && cfg.Strategy == Version {
-		l.refresher = &refresher{l: l, b: b}
+		l.refresher = newRefresher(l, b)
 	}
 	l.caps = capabilities(cfg)
 	if n, ok := cfg.Pool.(Notifier); ok && (cfg.Strategy == Version || l.caps.MaxPermits > 0) {

@@ -2,8 +2,9 @@ package sqllock
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/batch"
 )
 
 // VersionBatcher is implemented by dialects that can refresh many Version
@@ -39,18 +40,22 @@ type refresher struct {
 	l *Locker
 	b VersionBatcher
 
-	mu    sync.Mutex
-	calls []*refreshCall // waiting for the batch
-	ttl   time.Duration  // of every waiting call
-	timer *time.Timer    // fires the batch; made by the first refresh
-	armed bool           // the timer is armed for calls
+	batch batch.Batcher[*refreshCall] // Send: f.sendBatch
 	// window, when set, replaces refreshWindow (tests).
 	window time.Duration
+}
+
+// newRefresher returns l's refresher over b.
+func newRefresher(l *Locker, b VersionBatcher) *refresher {
+	f := &refresher{l: l, b: b}
+	f.batch = batch.Batcher[*refreshCall]{Max: maxRefreshBatch, Send: f.sendBatch}
+	return f
 }
 
 // refreshCall is one lease's refresh in a batch, and its outcome.
 type refreshCall struct {
 	r     Req
+	ttl   time.Duration
 	done  chan struct{}
 	found bool  // the lease was extended
 	err   error // the statement failed
@@ -68,30 +73,12 @@ const maxRefreshBatch = 256
 // refresh extends r's lease by ttl in the next batch: whether it was
 // still held, or the statement's error, or ctx's.
 func (f *refresher) refresh(ctx context.Context, r Req, ttl time.Duration) (bool, error) {
-	c := &refreshCall{r: r, done: make(chan struct{})}
-	f.mu.Lock()
-	if len(f.calls) > 0 && f.ttl != ttl {
-		// A batch has one TTL: send the waiting one now.
-		f.fireLocked()
+	c := &refreshCall{r: r, ttl: ttl, done: make(chan struct{})}
+	w := refreshWindow(ttl)
+	if f.window > 0 {
+		w = f.window
 	}
-	f.ttl = ttl
-	f.calls = append(f.calls, c)
-	switch {
-	case len(f.calls) >= maxRefreshBatch:
-		f.fireLocked()
-	case !f.armed:
-		f.armed = true
-		w := refreshWindow(ttl)
-		if f.window > 0 {
-			w = f.window
-		}
-		if f.timer == nil {
-			f.timer = time.AfterFunc(w, f.fire)
-		} else {
-			f.timer.Reset(w)
-		}
-	}
-	f.mu.Unlock()
+	f.batch.Add(c, w)
 	select {
 	case <-c.done:
 		return c.found, c.err
@@ -100,33 +87,29 @@ func (f *refresher) refresh(ctx context.Context, r Req, ttl time.Duration) (bool
 	}
 }
 
-// fire is the timer's func: it sends the batch.
-func (f *refresher) fire() {
-	f.mu.Lock()
-	f.fireLocked()
-	f.mu.Unlock()
-}
-
-// fireLocked sends the waiting calls as a batch, in the background (Close
-// waits for it). f.mu is held.
-func (f *refresher) fireLocked() {
-	calls, ttl := f.calls, f.ttl
-	f.calls = nil
-	if f.armed {
-		f.armed = false
-		f.timer.Stop()
+// sendBatch sends a batch in the background (Close waits for it), one
+// statement per TTL among its calls (a statement has one TTL).
+func (f *refresher) sendBatch(calls []*refreshCall) {
+	for len(calls) > 0 {
+		ttl := calls[0].ttl
+		var same, rest []*refreshCall
+		for _, c := range calls {
+			if c.ttl == ttl {
+				same = append(same, c)
+			} else {
+				rest = append(rest, c)
+			}
+		}
+		calls = rest
+		f.l.goCleanup(func() {
+			// A refresh later than the TTL is of no use: the statement's
+			// context ends then (a caller that gives up earlier returns
+			// on its own).
+			ctx, cancel := context.WithTimeout(context.Background(), ttl)
+			defer cancel()
+			f.send(ctx, ttl, same)
+		})
 	}
-	if len(calls) == 0 {
-		return
-	}
-	f.l.goCleanup(func() {
-		// A refresh later than the TTL is of no use: the statement's
-		// context ends then (a caller that gives up earlier returns on
-		// its own).
-		ctx, cancel := context.WithTimeout(context.Background(), ttl)
-		defer cancel()
-		f.send(ctx, ttl, calls)
-	})
 }
 
 // send refreshes calls in one statement and answers each; when the
