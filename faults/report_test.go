@@ -16,7 +16,7 @@ func TestReportFormats(t *testing.T) {
 	rep.Results = []*Result{
 		{Backend: "redis", Fault: "kill", Ops: 10, Injections: 1, FencedViolations: 0, Fencing: true,
 			Recoveries: []time.Duration{400 * time.Millisecond}, RecoveryP50: 400 * time.Millisecond,
-			RecoveryMax: 400 * time.Millisecond, RecoveryBound: 500 * time.Millisecond},
+			RecoveryMax: 400 * time.Millisecond, RecoveryBound: 500 * time.Millisecond, RecoverySlack: time.Second},
 		{Backend: "redis", Fault: "failover", Ops: 12, Injections: 1, FencedViolations: 1, Unsafe: true, Fencing: true,
 			Overlaps: 2, LongestOverlap: 150 * time.Millisecond, Lost: 2, Signalled: 1,
 			Visualization: filepath.Join(dir, "fenced-redis-failover-1.html")},
@@ -28,7 +28,7 @@ func TestReportFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	txt, _ := os.ReadFile(filepath.Join(dir, "faults.txt"))
-	for _, want := range []string{"400ms / 400ms (bound 500ms)", "2 (longest 150ms)", "no 1/2", "ok (unsafe by design)", "FAIL: 1 fenced violations", "skipped: zookeeper"} {
+	for _, want := range []string{"400ms / 400ms (bound 500ms + 1000ms slack)", "2 (longest 150ms)", "no 1/2", "ok (unsafe by design)", "FAIL: 1 fenced violations", "skipped: zookeeper"} {
 		if !bytes.Contains(txt, []byte(want)) {
 			t.Errorf("faults.txt lacks %q:\n%s", want, txt)
 		}
