@@ -69,6 +69,7 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds, pacer: bench.NewPacer(),
 		pb: &progress{w: stderr, on: cfg.progress, start: time.Now()}, capacity: map[string]float64{}, broken: map[string]string{}}
 	defer m.pacer.Close()
+	m.pacer.Quiet = r.Quiet
 	m.estimate(plan)
 	if !cfg.progress {
 		fmt.Fprintf(stderr, "dlockbench: %d workloads × %d rounds, %d runs, about %v\n", len(plan), m.rounds, m.steps, m.total.Round(time.Second))
@@ -235,7 +236,7 @@ func (m *measurer) alternate(ctx context.Context, w bench.Workload) []*bench.Row
 	targets := m.targets(w.Kind)
 	m.show(fmt.Sprintf("%d targets · %s", len(targets), w.Label()), time.Duration(len(targets))*(w.Duration+runOverhead))
 	sample := func(t bench.Target) func(context.Context) bench.ServerSample { return sampler(m.e, t, true) }
-	results, why, err := bench.RunAlternating(ctx, targets, w, m.altRounds(), sample)
+	results, why, err := bench.RunAlternating(ctx, targets, w, m.altRounds(), sample, m.r.Quiet)
 	var rows []*bench.Row
 	for _, t := range targets {
 		var row *bench.Row
