@@ -387,11 +387,23 @@ func storageDisk(name string) bool {
 }
 
 // Background is what the servers not under test did while a slice ran:
-// the evidence that Settle is about (a slow slice beside a busy server).
+// the evidence that Settle is about (a slow slice beside a busy server),
+// beside the other causes a slow slice could have: the server under
+// test's own work, and the whole machine's CPU and I/O pressure (other
+// processes than the benchmark's).
 type Background struct {
-	// CPUNs is their run time, WrittenBytes their writes to storage.
+	// CPUNs is the other servers' run time, WrittenBytes their writes to
+	// storage.
 	CPUNs        int64 `json:"cpu_ns"`
 	WrittenBytes int64 `json:"written_bytes"`
+	// OwnCPUNs is the run time of the server under test (its work for the
+	// slice and any of its own background).
+	OwnCPUNs int64 `json:"own_cpu_ns"`
+	// CPUStallNs and IOStallNs are the machine's pressure stall times
+	// (/proc/pressure/cpu and io, "some"): how long at least one task
+	// waited for a CPU, or for I/O (0 where the kernel has no PSI).
+	CPUStallNs int64 `json:"cpu_stall_ns"`
+	IOStallNs  int64 `json:"io_stall_ns"`
 }
 
 // Watch starts reading what the servers but except do; the function it
@@ -402,22 +414,54 @@ func (q *Quiet) Watch(except string) func() Background {
 		return func() Background { return Background{} }
 	}
 	q.mu.Lock()
-	watched := q.others(except)
-	for _, s := range watched {
+	for _, s := range q.servers {
 		s.read()
 	}
+	cpu0, io0 := pressure("cpu"), pressure("io")
 	q.mu.Unlock()
 	return func() Background {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		var b Background
-		for _, s := range watched {
+		for _, s := range q.servers {
 			run, wr := s.read()
+			if s.id == except {
+				b.OwnCPUNs += run
+				continue
+			}
 			b.CPUNs += run
 			b.WrittenBytes += wr
 		}
+		if cpu1, io1 := pressure("cpu"), pressure("io"); cpu0 > 0 && io0 > 0 {
+			b.CPUStallNs, b.IOStallNs = (cpu1-cpu0)*1000, (io1-io0)*1000
+		}
 		return b
 	}
+}
+
+// pressure returns the "some" total (µs) of /proc/pressure/<what>, 0
+// when the kernel has none.
+func pressure(what string) int64 {
+	b, err := os.ReadFile("/proc/pressure/" + what)
+	if err != nil {
+		return 0
+	}
+	return parsePressure(string(b))
+}
+
+func parsePressure(s string) int64 {
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "some ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // RoundSettle is one round's settling, beside the round's figures.

@@ -200,7 +200,19 @@ func TestWatchCountsBusyServer(t *testing.T) {
 	if b := end(); b.CPUNs < int64(50*time.Millisecond) {
 		t.Errorf("Watch over 200ms of a process burning CPU = %+v; want at least 50ms of CPU", b)
 	}
-	if b := q.Watch("busy")(); b.CPUNs != 0 {
-		t.Errorf("Watch leaving the busy server out = %+v; want nothing", b)
+	end = q.Watch("busy")
+	time.Sleep(100 * time.Millisecond)
+	if b := end(); b.CPUNs != 0 || b.OwnCPUNs < int64(25*time.Millisecond) {
+		t.Errorf("Watch with the busy server under test = %+v; want its CPU as its own, none as the others'", b)
+	}
+}
+
+func TestParsePressure(t *testing.T) {
+	in := "some avg10=62.25 avg60=61.12 avg300=63.18 total=791315352\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n"
+	if got := parsePressure(in); got != 791315352 {
+		t.Errorf("parsePressure = %d, want the some total 791315352", got)
+	}
+	if got := parsePressure("full total=7\n"); got != 0 {
+		t.Errorf("parsePressure without some = %d, want 0", got)
 	}
 }

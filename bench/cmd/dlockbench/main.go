@@ -28,6 +28,9 @@
 //	-faults FILE    the fault suite's faults.json (cd faults && go run
 //	                ./cmd/dlockchaos -out DIR): the safety table shows the
 //	                violations it measured ("not run" without it)
+//	-settle=false   do not wait for the servers not under test to be quiet
+//	                before each timed slice (bench.Quiet); what they did
+//	                during each slice is still recorded
 //
 // See bench/README.md for what each column means.
 package main
