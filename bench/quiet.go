@@ -3,9 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,8 +96,7 @@ type Quiet struct {
 type quietServer struct {
 	id   string
 	root int
-	pids []int // the tree, listed at most once per treeTTL
-	at   time.Time
+	tree cachedTree
 	run  map[int]int64 // tid → run time (ns) at the last reading
 	wr   map[int]int64 // pid → write_bytes at the last reading
 }
@@ -216,18 +213,29 @@ func (q *Quiet) Stats() (settles, timedOut int, spent time.Duration) {
 // process first seen counts nothing), and the disks' writes in flight.
 type quietReading struct {
 	at       time.Time
-	runNs    map[string]int64
-	written  map[string]int64
+	servers  []serverReading // in the order of the Quiet's servers
 	inFlight uint64
 	diskErr  error
 }
 
+// serverReading is one server's run time and storage writes since the
+// previous reading (a multi-node server's nodes are one each).
+type serverReading struct {
+	id             string
+	runNs, written int64
+}
+
 func (q *Quiet) read(servers []*quietServer) quietReading {
-	r := quietReading{at: time.Now(), runNs: map[string]int64{}, written: map[string]int64{}}
+	r := quietReading{at: time.Now()}
 	for _, s := range servers {
 		run, wr := s.read()
-		r.runNs[s.id] += run
-		r.written[s.id] += wr
+		if n := len(r.servers); n > 0 && r.servers[n-1].id == s.id {
+			// Another node of the same server (NewQuiet adds them in a row).
+			r.servers[n-1].runNs += run
+			r.servers[n-1].written += wr
+			continue
+		}
+		r.servers = append(r.servers, serverReading{s.id, run, wr})
 	}
 	r.inFlight, r.diskErr = q.disks()
 	return r
@@ -236,17 +244,14 @@ func (q *Quiet) read(servers []*quietServer) quietReading {
 // read returns the server's run time and storage writes since its last
 // reading.
 func (s *quietServer) read() (runNs, written int64) {
-	if s.pids == nil || time.Since(s.at) > treeTTL {
-		procs, err := listTree([]int{s.root})
-		if err != nil {
-			return 0, 0
-		}
-		s.pids, s.at = slices.Collect(maps.Keys(procs)), time.Now()
+	pids, _, err := s.tree.members(s.root)
+	if err != nil {
+		return 0, 0
 	}
 	run, wr := map[int]int64{}, map[int]int64{}
-	for _, p := range s.pids {
+	for _, p := range pids {
 		dir := "/proc/" + strconv.Itoa(p)
-		if w, ok := readWriteBytes(dir + "/io"); ok {
+		if w, ok := readFigure(dir+"/io", parseWriteBytes); ok {
 			wr[p] = w
 			if old, seen := s.wr[p]; seen && w > old {
 				written += w - old
@@ -261,7 +266,7 @@ func (s *quietServer) read() (runNs, written int64) {
 			if err != nil {
 				continue
 			}
-			ns, ok := readSchedstat(dir + "/task/" + t.Name() + "/schedstat")
+			ns, ok := readFigure(dir+"/task/"+t.Name()+"/schedstat", parseSchedstat)
 			if !ok {
 				continue
 			}
@@ -276,21 +281,22 @@ func (s *quietServer) read() (runNs, written int64) {
 }
 
 // quietVerdict returns "" when the servers were quiet between two
-// readings a window apart, else what was busy: a server that ran for more
-// than settleMaxCPU of the window or wrote to storage, or the disks'
-// writes in flight at the second reading.
+// readings a window apart, else what was busy: a server (all its nodes
+// and processes together) that ran for more than settleMaxCPU of the
+// window or wrote to storage, or the disks' writes in flight at the
+// second reading.
 func quietVerdict(prev, cur quietReading, window time.Duration) string {
 	span := cur.at.Sub(prev.at)
 	if span <= 0 {
 		span = window
 	}
 	limit := int64(float64(span) * settleMaxCPU)
-	for _, id := range slices.Sorted(maps.Keys(cur.runNs)) {
-		if run := cur.runNs[id]; run > limit {
-			return fmt.Sprintf("%s ran %v in %v", id, time.Duration(run).Round(10*time.Microsecond), span.Round(time.Millisecond))
+	for _, r := range cur.servers {
+		if r.runNs > limit {
+			return fmt.Sprintf("%s ran %v in %v", r.id, time.Duration(r.runNs).Round(10*time.Microsecond), span.Round(time.Millisecond))
 		}
-		if w := cur.written[id]; w > 0 {
-			return fmt.Sprintf("%s wrote %d bytes", id, w)
+		if r.written > 0 {
+			return fmt.Sprintf("%s wrote %d bytes", r.id, r.written)
 		}
 	}
 	if cur.diskErr == nil && cur.inFlight > 0 {
@@ -299,16 +305,17 @@ func quietVerdict(prev, cur quietReading, window time.Duration) string {
 	return ""
 }
 
-// readSchedstat returns the first field of a schedstat file: the time
-// the thread has run, in nanoseconds.
-func readSchedstat(path string) (int64, bool) {
+// readFigure reads a /proc or /sys file and parses a figure from it.
+func readFigure(path string, parse func(string) (int64, bool)) (int64, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
-	return parseSchedstat(string(b))
+	return parse(string(b))
 }
 
+// parseSchedstat returns the first field of a schedstat file: the time
+// the thread has run, in nanoseconds.
 func parseSchedstat(s string) (int64, bool) {
 	f := strings.Fields(s)
 	if len(f) < 1 {
@@ -321,16 +328,8 @@ func parseSchedstat(s string) (int64, bool) {
 	return v, true
 }
 
-// readWriteBytes returns write_bytes of a /proc/<pid>/io file: the bytes
-// the process caused to be sent to storage.
-func readWriteBytes(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	return parseWriteBytes(string(b))
-}
-
+// parseWriteBytes returns write_bytes of a /proc/<pid>/io file: the
+// bytes the process caused to be sent to storage.
 func parseWriteBytes(s string) (int64, bool) {
 	for _, line := range strings.Split(s, "\n") {
 		if v, ok := strings.CutPrefix(line, "write_bytes:"); ok {
@@ -442,26 +441,23 @@ func (q *Quiet) Watch(except string) func() Background {
 // pressure returns the "some" total (µs) of /proc/pressure/<what>, 0
 // when the kernel has none.
 func pressure(what string) int64 {
-	b, err := os.ReadFile("/proc/pressure/" + what)
-	if err != nil {
-		return 0
-	}
-	return parsePressure(string(b))
+	v, _ := readFigure("/proc/pressure/"+what, parsePressure)
+	return v
 }
 
-func parsePressure(s string) int64 {
+func parsePressure(s string) (int64, bool) {
 	for _, line := range strings.Split(s, "\n") {
 		if !strings.HasPrefix(line, "some ") {
 			continue
 		}
 		for _, f := range strings.Fields(line) {
 			if v, ok := strings.CutPrefix(f, "total="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
+				n, err := strconv.ParseInt(v, 10, 64)
+				return n, err == nil
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // RoundSettle is one round's settling, beside the round's figures.
