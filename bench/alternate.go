@@ -97,10 +97,6 @@ const (
 // (with one client, a broken lock shows as fencing violations: repeated
 // tokens).
 //
-// With quiet, before each turn every server settles (Quiet.Settle): the
-// servers' aftermath of the previous turn (a WAL flush, a purge) is over
-// before the next starts; each Result's Settle sums its round's settles.
-//
 // w must have one client and one name. A target whose client cannot be
 // opened or warmed up gets a reason and no results; a target that fails
 // later gets nil for the rounds in which it made no grant (errors of rounds
@@ -109,7 +105,7 @@ const (
 // When ctx ends, RunAlternating returns ctx's error promptly; every client
 // is closed before it returns.
 func RunAlternating(ctx context.Context, targets []Target, w Workload, rounds int,
-	sample func(Target) func(context.Context) ServerSample, quiet *Quiet) (map[string][]*Result, map[string]string, error) {
+	sample func(Target) func(context.Context) ServerSample) (map[string][]*Result, map[string]string, error) {
 	if w.Clients != 1 || w.Names != 1 {
 		return nil, nil, fmt.Errorf("bench: alternating runs one client on one name; %s has %d clients and %d names", w.Label(), w.Clients, w.Names)
 	}
@@ -158,15 +154,6 @@ func RunAlternating(ctx context.Context, targets []Target, w Workload, rounds in
 			// After turn k each target has had (k+1)/turns of its share
 			// of the round.
 			goal := time.Duration(int64(budget) * int64(k+1) / int64(turns))
-			if quiet != nil {
-				// Every server takes part in a turn: all of them settle.
-				s := quiet.Settle(ctx, "")
-				for _, a := range alts {
-					if a != nil && !a.gaveUp {
-						a.cur.Settle.add(s)
-					}
-				}
-			}
 			for _, i := range Rotation(len(alts), r) {
 				if a := alts[i]; a != nil && !a.gaveUp {
 					if err := a.slice(ctx, w, goal); err != nil {

@@ -113,7 +113,7 @@ func TestAlternatingMeasuresEveryTargetInTurns(t *testing.T) {
 	}
 	const rounds = 8
 	w := uncontended(400 * time.Millisecond)
-	res, reasons, err := RunAlternating(ctxT(t, time.Minute), targets, w, rounds, sample, nil)
+	res, reasons, err := RunAlternating(ctxT(t, time.Minute), targets, w, rounds, sample)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestAlternatingMeasuresEveryTargetInTurns(t *testing.T) {
 // TestAlternatingFindsABrokenLock: with one client a broken lock cannot
 // overlap itself, but its repeated tokens are fencing violations.
 func TestAlternatingFindsABrokenLock(t *testing.T) {
-	res, _, err := RunAlternating(ctxT(t, time.Minute), []Target{unsafeTarget, MemoryTarget()}, uncontended(100*time.Millisecond), 3, nil, nil)
+	res, _, err := RunAlternating(ctxT(t, time.Minute), []Target{unsafeTarget, MemoryTarget()}, uncontended(100*time.Millisecond), 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestAlternatingReportsFailuresAndMeasuresTheOthers(t *testing.T) {
 	}
 	targets := []Target{refused, MemoryTarget(), stuck, dies, never}
 	start := time.Now()
-	res, reasons, err := RunAlternating(ctxT(t, time.Minute), targets, w, rounds, sample, nil)
+	res, reasons, err := RunAlternating(ctxT(t, time.Minute), targets, w, rounds, sample)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestAlternatingStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, _, err := RunAlternating(ctx, []Target{MemoryTarget(), ta}, uncontended(time.Hour), 15, nil, nil)
+	_, _, err := RunAlternating(ctx, []Target{MemoryTarget(), ta}, uncontended(time.Hour), 15, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the context's", err)
 	}
@@ -320,7 +320,7 @@ func TestAlternatingRejectsWhatItCannotRun(t *testing.T) {
 		{[]Target{mem}, uncontended(time.Second), 0, "at least one round"},
 		{[]Target{mem, mem}, uncontended(time.Second), 3, `two targets named "memory"`},
 	} {
-		if _, _, err := RunAlternating(ctx, c.targets, c.w, c.rounds, nil, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := RunAlternating(ctx, c.targets, c.w, c.rounds, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("RunAlternating(%d targets, %s, %d rounds) = %v, want an error saying %q", len(c.targets), c.w.Label(), c.rounds, err, c.want)
 		}
 	}
@@ -345,7 +345,7 @@ func TestAlternatingOnRedis(t *testing.T) {
 		return float64(x.Acquire.ValueAtQuantile(50) + x.Release.ValueAtQuantile(50))
 	}
 	for run := range 2 {
-		res, reasons, err := RunAlternating(ctx, targets, w, rounds, sample, nil)
+		res, reasons, err := RunAlternating(ctx, targets, w, rounds, sample)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,21 +22,29 @@ import (
 // previous target on another server as well as its own (etcd's handoff
 // slices stalled for 20–150 ms behind another server's writes).
 //
-// Quiet.Settle, called before each timed slice, waits until every server
-// of the run but the one the slice measures has been quiet for a window:
-// over SettleWindow their processes (every thread of every process that
-// descends from the server's PID: PostgreSQL's backends and workers too)
-// ran for less than settleMaxCPU of one core (per-thread run time in
-// nanoseconds from /proc/<pid>/task/<tid>/schedstat: /proc/<pid>/stat
-// counts 10 ms ticks, too coarse for a 30 ms window), none of them caused
-// a write to storage (/proc/<pid>/io write_bytes), and no write of any
-// process is in flight on the machine's disks at the window's end
-// (/sys/block/<disk>/inflight: a flush in flight delays the next fsync). It waits at
-// most SettleMaxWait per slice, and once the run has spent SettleBudget
-// in all it stops waiting (a machine that is never quiet cannot stall the
-// run); it says which server was busy when it gave up. Every target's
-// slice is settled alike (dlock's, its peers', its floor's and the paced
-// references'), so ratios stay paired.
+// Quiet.Settle, called before each timed slice of the contended
+// workloads (Runner.Run, the Pacer's references, RunSemaphore's slices,
+// each scale point), waits until every server of the run but the one the
+// slice measures has been quiet for a window: over SettleWindow none of
+// them (every thread of every process that descends from the server's
+// PID: PostgreSQL's backends and workers too; a multi-node server's
+// nodes together) ran for more than settleMaxCPU of one core (per-thread
+// run time in nanoseconds from /proc/<pid>/task/<tid>/schedstat:
+// /proc/<pid>/stat counts 10 ms ticks, too coarse for a 30 ms window) or
+// caused a write to storage (/proc/<pid>/io write_bytes), and no write
+// of any process is in flight on the machine's disks at the window's end
+// (/sys/block/<disk>/inflight: a flush in flight delays the next fsync).
+// It waits at most SettleMaxWait per slice, and once the run has spent
+// SettleBudget in all it stops waiting (a machine that is never quiet
+// cannot stall the run); it says which server was busy when it gave up.
+// Every target's slice is settled alike (dlock's, its peers', the
+// semaphore floor's and the paced references'), so ratios stay paired.
+// The uncontended workload's 2 ms turns are not settled: a pause before
+// each turn made its intervals wider (bench/README.md, Settling).
+//
+// Watch records, per slice, what the other servers did during it, the
+// server under test's own run time, and the machine's CPU and I/O
+// pressure stalls: the evidence of what a slow slice met.
 
 // Settle limits: a window of 30 ms holds two or three of a busy server's
 // background wake-ups (PostgreSQL's WAL writer sleeps 200 ms, etcd's

@@ -49,7 +49,7 @@ func TestFreshNamesAreNeverReused(t *testing.T) {
 	if w.Label() != FreshLabel {
 		t.Fatalf("label %q, want %q", w.Label(), FreshLabel)
 	}
-	res, why, err := RunAlternating(ctxT(t, time.Minute), []Target{tg}, w, 3, nil, nil)
+	res, why, err := RunAlternating(ctxT(t, time.Minute), []Target{tg}, w, 3, nil)
 	if err != nil || len(why) > 0 {
 		t.Fatal(err, why)
 	}

@@ -236,7 +236,7 @@ func (m *measurer) alternate(ctx context.Context, w bench.Workload) []*bench.Row
 	targets := m.targets(w.Kind)
 	m.show(fmt.Sprintf("%d targets · %s", len(targets), w.Label()), time.Duration(len(targets))*(w.Duration+runOverhead))
 	sample := func(t bench.Target) func(context.Context) bench.ServerSample { return sampler(m.e, t, true) }
-	results, why, err := bench.RunAlternating(ctx, targets, w, m.altRounds(), sample, m.r.Quiet)
+	results, why, err := bench.RunAlternating(ctx, targets, w, m.altRounds(), sample)
 	var rows []*bench.Row
 	for _, t := range targets {
 		var row *bench.Row
