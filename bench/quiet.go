@@ -22,8 +22,8 @@ import (
 // previous target on another server as well as its own (etcd's handoff
 // slices stalled for 20–150 ms behind another server's writes).
 //
-// Quiet.Settle, called before each timed slice of the contended
-// workloads (Runner.Run, the Pacer's references, RunSemaphore's slices,
+// Quiet.Settle (dlockbench -settle), called before each timed slice of
+// the contended workloads (Runner.Run, the Pacer's references, RunSemaphore's slices,
 // each scale point), waits until every server of the run but the one the
 // slice measures has been quiet for a window: over SettleWindow none of
 // them (every thread of every process that descends from the server's
@@ -40,7 +40,10 @@ import (
 // Every target's slice is settled alike (dlock's, its peers', the
 // semaphore floor's and the paced references'), so ratios stay paired.
 // The uncontended workload's 2 ms turns are not settled: a pause before
-// each turn made its intervals wider (bench/README.md, Settling).
+// each turn made its intervals wider. Settling is not on by default: the
+// other servers' aftermath measured small beside the machine's own CPU
+// pressure, and the intervals it narrowed it narrowed little
+// (bench/README.md, Settling).
 //
 // Watch records, per slice, what the other servers did during it, the
 // server under test's own run time, and the machine's CPU and I/O

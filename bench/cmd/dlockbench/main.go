@@ -28,9 +28,10 @@
 //	-faults FILE    the fault suite's faults.json (cd faults && go run
 //	                ./cmd/dlockchaos -out DIR): the safety table shows the
 //	                violations it measured ("not run" without it)
-//	-settle=false   do not wait for the servers not under test to be quiet
-//	                before each timed slice (bench.Quiet); what they did
-//	                during each slice is still recorded
+//	-settle         before each timed slice of the contended workloads,
+//	                wait (at most 1s) until the servers not under test are
+//	                quiet (bench.Quiet); without it, what they did during
+//	                each slice is still recorded
 //
 // See bench/README.md for what each column means.
 package main
@@ -134,7 +135,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.rounds, "rounds", 6, "rounds per workload, the targets alternating within each (default 3 with -quick)")
 	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
 	fs.StringVar(&c.faults, "faults", "", "the fault suite's faults.json (written by faults/cmd/dlockchaos -out DIR) for the safety table's violations under faults")
-	fs.BoolVar(&c.settle, "settle", true, "before each timed slice, wait (at most 1s) until the servers not under test are quiet; -settle=false only records what they did during each slice")
+	fs.BoolVar(&c.settle, "settle", false, "before each timed slice of the contended workloads, wait (at most 1s) until the servers not under test are quiet (without it, what they did during each slice is still recorded)")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
