@@ -482,8 +482,8 @@ type RoundSettle struct {
 	UseNs        float64     `json:"use_ns"`
 }
 
-// settleRounds returns the sum of the rounds' settles and the rounds'
-// settling (nil, nil when none settled or watched).
+// settleRounds returns the sum of the rounds' settles (nil when none
+// settled) and the rounds' settling (nil when none settled or watched).
 func settleRounds(figs []RoundFigures) (*SettleWait, []RoundSettle) {
 	var sum SettleWait
 	var rounds []RoundSettle
@@ -497,6 +497,9 @@ func settleRounds(figs []RoundFigures) (*SettleWait, []RoundSettle) {
 	}
 	if rounds == nil {
 		return nil, nil
+	}
+	if sum.Settles == 0 {
+		return nil, rounds // watched only
 	}
 	return &sum, rounds
 }

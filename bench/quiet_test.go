@@ -100,6 +100,9 @@ func TestSettleRoundsAndCaveat(t *testing.T) {
 	if sum, rounds := settleRounds([]RoundFigures{{Round: 0}}); sum != nil || rounds != nil {
 		t.Errorf("settleRounds without settles = %+v, %+v; want nil, nil", sum, rounds)
 	}
+	if sum, rounds := settleRounds([]RoundFigures{{Round: 0, Background: &Background{CPUNs: 1}}}); sum != nil || len(rounds) != 1 {
+		t.Errorf("settleRounds of watched rounds = %+v, %+v; want no sum and the round", sum, rounds)
+	}
 	s := &SettleSummary{Waited: true, Settles: 100, TimedOut: 10, MaxWait: time.Second, Budget: time.Minute}
 	if c := s.caveat(); c != "" {
 		t.Errorf("10 %% timed out: caveat %q, want none", c)
