@@ -47,6 +47,12 @@
 //     per round. With Runner.Procs > 1 the clients run in child processes
 //     that re-execute the program (ChildMain must be called first thing in
 //     main and in TestMain).
+//   - Quiet (quiet.go) records per slice what the run's other servers and
+//     the machine did, and with dlockbench -settle settles those servers
+//     before each timed slice of the contended workloads: it waits,
+//     bounded, until none of them burns CPU or writes to storage, so that
+//     a server's aftermath (a WAL flush, a purge) does not land on the
+//     next target's slice.
 //
 // AggregateRounds turns a target's rounds into a Row: percentiles from the
 // merged histograms, and each headline figure as the median of the rounds

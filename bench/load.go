@@ -311,22 +311,36 @@ type cachedTree struct {
 	pids []int
 }
 
+// members returns the tree's processes, listing them anew when the last
+// listing is older than treeTTL; then it returns the listing's readings
+// as well (nil when it reused the last).
+func (c *cachedTree) members(root int) ([]int, map[int]procTimes, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pids != nil && time.Since(c.at) <= treeTTL {
+		return c.pids, nil, nil
+	}
+	procs, err := listTree([]int{root})
+	if err != nil {
+		return nil, nil, err
+	}
+	c.pids, c.at = slices.Collect(maps.Keys(procs)), time.Now()
+	return c.pids, procs, nil
+}
+
 // treeTTL is how long a listing of a process tree is reused.
 const treeTTL = time.Second
 
 func (c *cachedTree) cpu(root int) (time.Duration, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pids == nil || time.Since(c.at) > treeTTL {
-		procs, err := listTree([]int{root})
-		if err != nil {
-			return 0, err
-		}
-		c.pids, c.at = slices.Collect(maps.Keys(procs)), time.Now()
-		return sumTicks(procs), nil
+	pids, listed, err := c.members(root)
+	if err != nil {
+		return 0, err
+	}
+	if listed != nil {
+		return sumTicks(listed), nil
 	}
 	procs := map[int]procTimes{}
-	for _, p := range c.pids {
+	for _, p := range pids {
 		pt, err := readProcTimes(p)
 		if err != nil {
 			if p == root {

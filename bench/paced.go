@@ -52,6 +52,8 @@ type PacedRound struct {
 	Samples int   `json:"samples"`
 	// ElapsedNs is what measuring it took (the run's cost of it).
 	ElapsedNs int64 `json:"elapsed_ns"`
+	// Settle is the settling before its timed operations (Pacer.Quiet).
+	Settle *SettleWait `json:"settle,omitempty"`
 }
 
 // p50 returns the reference's p50 in a round (none for a nil reference).
@@ -94,6 +96,10 @@ type Pacer struct {
 	names   map[string]string // target → its lock name
 	refs    []*Paced
 	tried   map[pacedTry]bool
+	// Quiet, if not nil, settles the other servers before each
+	// reference's timed operations, as Runner.Quiet before the rows'
+	// slices.
+	Quiet *Quiet
 }
 
 // pacedTry is one reference's measurement in one round.
@@ -130,7 +136,7 @@ func (p *Pacer) Measure(ctx context.Context, refs []Target, hold time.Duration, 
 		p.tried[try] = true
 		ref := p.ref(t, hold)
 		t0 := time.Now()
-		p50, err := p.measure(ctx, t, hold)
+		p50, settle, err := p.measure(ctx, t, hold)
 		if err != nil {
 			ref.LastError = fmt.Sprintf("round %d: %v", round+1, err)
 			// Its client may be broken: the next round opens another.
@@ -140,7 +146,11 @@ func (p *Pacer) Measure(ctx context.Context, refs []Target, hold time.Duration, 
 			}
 			continue
 		}
-		ref.Rounds = append(ref.Rounds, PacedRound{Round: round, P50Ns: p50, Samples: PacedSamples, ElapsedNs: int64(time.Since(t0))})
+		pr := PacedRound{Round: round, P50Ns: p50, Samples: PacedSamples, ElapsedNs: int64(time.Since(t0))}
+		if settle.Settles > 0 {
+			pr.Settle = &settle
+		}
+		ref.Rounds = append(ref.Rounds, pr)
 	}
 }
 
@@ -173,8 +183,9 @@ func (p *Pacer) ref(t Target, hold time.Duration) *Paced {
 }
 
 // measure returns the p50 of PacedSamples timed operations of t (a
-// floor's release, a round trip), each after a sleep of hold.
-func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int64, error) {
+// floor's release, a round trip), each after a sleep of hold, and the
+// settling before them.
+func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int64, SettleWait, error) {
 	ctx, cancel := context.WithTimeout(ctx, pacedTimeout)
 	defer cancel()
 	name, ok := p.names[t.Name]
@@ -185,8 +196,9 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 	}
 	c, err := p.client(ctx, t, name)
 	if err != nil {
-		return 0, err
+		return 0, SettleWait{}, err
 	}
+	settle := p.Quiet.Settle(ctx, t.Server)
 	ns := make([]int64, 0, PacedSamples)
 	for range PacedSamples {
 		var d int64
@@ -195,13 +207,13 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 			time.Sleep(hold)
 			t0 := Now()
 			if _, err := c.Acquire(ctx, name); err != nil {
-				return 0, err
+				return 0, settle, err
 			}
 			d = Now() - t0
 		} else {
 			h, err := c.Acquire(ctx, name)
 			if err != nil {
-				return 0, err
+				return 0, settle, err
 			}
 			time.Sleep(hold)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -210,13 +222,13 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 			d = Now() - t0
 			rcancel()
 			if err != nil {
-				return 0, fmt.Errorf("release: %w", err)
+				return 0, settle, fmt.Errorf("release: %w", err)
 			}
 		}
 		ns = append(ns, d)
 	}
 	slices.Sort(ns)
-	return ns[len(ns)/2], nil
+	return ns[len(ns)/2], settle, nil
 }
 
 // client returns t's open client, opening it (and warming it with one

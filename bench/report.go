@@ -139,6 +139,12 @@ type Row struct {
 	CorePct           *float64        `json:"keepalive_core_pct,omitempty"`
 	CorePctDefaultTTL *float64        `json:"keepalive_default_ttl_core_pct,omitempty"`
 
+	// Settle sums the settles before the row's slices (Quiet), and
+	// SettleRounds gives them round by round, beside the round's figures
+	// and what the other servers did during its slices.
+	Settle       *SettleWait   `json:"settle,omitempty"`
+	SettleRounds []RoundSettle `json:"settle_rounds,omitempty"`
+
 	// Skipped says why the row was not measured.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -155,6 +161,10 @@ type RoundFigures struct {
 	// P99Ns is the round's acquire p99 (the open loop's figure: latency
 	// from the intended start).
 	P99Ns float64
+	// Settle and Background: the round's settling (Quiet) and what the
+	// other servers did during its slice.
+	Settle     SettleWait
+	Background *Background
 }
 
 // useNs is the p50 cost of one uncontended lock use: Use's median when
@@ -196,6 +206,9 @@ type Report struct {
 	Rounds int `json:"rounds"`
 	// Load is the machine's load during the run.
 	Load *Load `json:"load"`
+	// Settle is how the run settled the servers before its slices
+	// (Quiet); nil when it could not watch them.
+	Settle *SettleSummary `json:"settle,omitempty"`
 	// Verdict is what the run concludes (Decide).
 	Verdict *Verdict `json:"verdict"`
 	Rows    []*Row   `json:"rows"`

@@ -26,7 +26,8 @@ func AggregateRounds(rounds []*Result) *Row {
 			continue
 		}
 		one := NewRow(res)
-		f := RoundFigures{Round: i, UseNs: float64(one.P50 + one.ReleaseP50), GrantsPerSec: one.GrantsPerSec, P99Ns: float64(one.P99)}
+		f := RoundFigures{Round: i, UseNs: float64(one.P50 + one.ReleaseP50), GrantsPerSec: one.GrantsPerSec, P99Ns: float64(one.P99),
+			Settle: res.Settle, Background: res.Background}
 		if res.Hold != nil && res.Hold.TotalCount() > 0 {
 			f.HoldNs = float64(res.Hold.ValueAtQuantile(50))
 		}
@@ -69,6 +70,7 @@ func AggregateRounds(rounds []*Result) *Row {
 	}
 	row := NewRow(merged)
 	row.Rounds = figs
+	row.Settle, row.SettleRounds = settleRounds(figs)
 	pick := func(f func(RoundFigures) float64) []float64 {
 		xs := make([]float64, len(figs))
 		for i, r := range figs {

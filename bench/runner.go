@@ -31,6 +31,11 @@ type Result struct {
 	Procs  int
 	// Hold is what each hold really took (Workload.Hold asked for).
 	Hold *hdrhistogram.Histogram
+	// Settle is what settling before the timed slices took (Quiet), and
+	// Background what the other servers did during them (Runner.Run
+	// only).
+	Settle     SettleWait
+	Background *Background
 }
 
 // Runner runs targets on workloads, in this process or, with Procs > 1,
@@ -44,6 +49,10 @@ type Runner struct {
 	Args []string
 	// Stderr receives the children's stderr.
 	Stderr io.Writer
+	// Quiet, if not nil, settles the other servers before each timed
+	// slice (Quiet.Settle, every server but the target's) and watches
+	// them during it.
+	Quiet *Quiet
 
 	id    string
 	seq   int
@@ -64,7 +73,9 @@ type nameState struct {
 }
 
 // Run measures t on w. sample, if not nil, reads the server's counters
-// before and after the measured time.
+// before and after the measured time. With r.Quiet, once every client is
+// connected and warm, Run waits for the other servers to settle before
+// the measured time starts, and reads what they do during it.
 //
 // Every name of w is taken and freed once before the measured time
 // (Part.WarmNames), so that the first use of a name (an inserted row, a
@@ -94,8 +105,17 @@ func (r *Runner) Run(ctx context.Context, t Target, w Workload, sample func(cont
 	if t.InProcessOnly {
 		procs = 1
 	}
-	var before, after ServerSample
+	var (
+		before, after ServerSample
+		settle        SettleWait
+		watch         func() Background
+		background    *Background
+	)
 	takeBefore := func() {
+		if r.Quiet != nil {
+			settle = r.Quiet.Settle(ctx, t.Server)
+			watch = r.Quiet.Watch(t.Server)
+		}
 		if sample != nil {
 			before = sample(ctx)
 		}
@@ -103,6 +123,10 @@ func (r *Runner) Run(ctx context.Context, t Target, w Workload, sample func(cont
 	takeAfter := func() {
 		if sample != nil {
 			after = sample(ctx)
+		}
+		if watch != nil {
+			b := watch()
+			background = &b
 		}
 	}
 	var (
@@ -133,7 +157,8 @@ func (r *Runner) Run(ctx context.Context, t Target, w Workload, sample func(cont
 		return nil, err
 	}
 	ns.warm = true
-	res := &Result{Target: t, Workload: w, Acquire: newHist(), Release: newHist(), Handoff: newHist(), Hold: newHist(), Procs: procs}
+	res := &Result{Target: t, Workload: w, Acquire: newHist(), Release: newHist(), Handoff: newHist(), Hold: newHist(), Procs: procs,
+		Settle: settle, Background: background}
 	for _, pr := range results {
 		for _, pair := range []struct {
 			dst *hdrhistogram.Histogram

@@ -283,8 +283,10 @@ func (s *semSide) row(t Target, w Workload, kind, name string) *Row {
 // semaphores. A target that could not be measured gets a skipped row. A
 // run that does not end within its limit (a driver ignoring its context)
 // is abandoned, its goroutines and connections left behind: RunSemaphore
-// returns a skipped row and an error wrapping ErrStuck.
-func RunSemaphore(ctx context.Context, t Target, w Workload, rounds int) ([]*Row, error) {
+// returns a skipped row and an error wrapping ErrStuck. With quiet, the
+// servers but t's settle before each slice (Quiet.Settle); each row's
+// Settle sums its slices' settles.
+func RunSemaphore(ctx context.Context, t Target, w Workload, rounds int, quiet *Quiet) ([]*Row, error) {
 	type result struct {
 		rows []*Row
 		err  error
@@ -293,7 +295,7 @@ func RunSemaphore(ctx context.Context, t Target, w Workload, rounds int) ([]*Row
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		rows, err := runSemaphore(rctx, t, w, rounds)
+		rows, err := runSemaphore(rctx, t, w, rounds, quiet)
 		done <- result{rows, err}
 	}()
 	limit := connectTimeout + w.Duration + time.Duration(rounds)*2*opTimeout + scaleSlack
@@ -308,7 +310,7 @@ func RunSemaphore(ctx context.Context, t Target, w Workload, rounds int) ([]*Row
 	}
 }
 
-func runSemaphore(ctx context.Context, t Target, w Workload, rounds int) (rows []*Row, err error) {
+func runSemaphore(ctx context.Context, t Target, w Workload, rounds int, quiet *Quiet) (rows []*Row, err error) {
 	octx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	var dcs, fcs []Client
@@ -359,9 +361,16 @@ func runSemaphore(ctx context.Context, t Target, w Workload, rounds int) (rows [
 	}
 	dside, fside := newSemSide(w), newSemSide(w)
 	slice := w.Duration / time.Duration(2*max(rounds, 1))
+	var dsettle, fsettle SettleWait
 	for r := range rounds {
-		runDlock := func() { dside.slice(ctx, r, dcs, name, w, slice, fencing) }
-		runFloor := func() { fside.slice(ctx, r, fcs, name, w, slice, true) }
+		runDlock := func() {
+			dsettle.add(quiet.Settle(ctx, t.Server))
+			dside.slice(ctx, r, dcs, name, w, slice, fencing)
+		}
+		runFloor := func() {
+			fsettle.add(quiet.Settle(ctx, t.Server))
+			fside.slice(ctx, r, fcs, name, w, slice, true)
+		}
 		switch {
 		case fcs == nil:
 			runDlock()
@@ -383,6 +392,9 @@ func runSemaphore(ctx context.Context, t Target, w Workload, rounds int) (rows [
 	drow.Note = joinNote(drow.Note, floorNote)
 	drow.Params["rounds"] = rounds
 	drow.Params["slice"] = slice.String()
+	if dsettle.Settles > 0 {
+		drow.Settle = &dsettle
+	}
 	var failed uint64
 	for _, c := range dcs {
 		failed += c.FailedAttempts()
@@ -394,6 +406,9 @@ func runSemaphore(ctx context.Context, t Target, w Workload, rounds int) (rows [
 		frow.Note = SemaphoreFloorNote(t.Backend)
 		frow.Params["rounds"] = rounds
 		frow.Params["slice"] = slice.String()
+		if fsettle.Settles > 0 {
+			frow.Settle = &fsettle
+		}
 		drow.Floor = frow.Backend
 		drow.FloorRate = frow.Rate
 		drow.RateToFloor = pairRatio(drow, frow, rateOf)

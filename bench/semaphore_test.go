@@ -48,7 +48,7 @@ func TestRunSemaphoreBesideItsFloor(t *testing.T) {
 				return f.open(ctx, url, permits)
 			})
 			w := semTestWorkload()
-			rows, err := RunSemaphore(ctxT(t, time.Minute), tg, w, 2)
+			rows, err := RunSemaphore(ctxT(t, time.Minute), tg, w, 2, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func (b *brokenSem) Close() error           { return nil }
 
 func TestRunSemaphoreFindsViolationsOfABrokenSemaphore(t *testing.T) {
 	tg := withSemFloor(t, func(context.Context, string, int) (Client, error) { return &brokenSem{}, nil })
-	rows, err := RunSemaphore(ctxT(t, time.Minute), tg, semTestWorkload(), 2)
+	rows, err := RunSemaphore(ctxT(t, time.Minute), tg, semTestWorkload(), 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestRunSemaphoreFindsViolationsOfABrokenSemaphore(t *testing.T) {
 // The semaphore workload has its table, in the text report and in the
 // HTML one.
 func TestSemaphoreTable(t *testing.T) {
-	rows, err := RunSemaphore(ctxT(t, time.Minute), MemoryTarget(), semTestWorkload(), 2)
+	rows, err := RunSemaphore(ctxT(t, time.Minute), MemoryTarget(), semTestWorkload(), 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -629,6 +629,9 @@ func caveats(rep *Report, memory bool) []string {
 		out = append(out, fmt.Sprintf("the machine was busy: other processes used %.0f %% of the CPU during the run (load average %.1f → %.1f)",
 			l.OtherPct, l.Avg1Start, l.Avg1End))
 	}
+	if c := rep.Settle.caveat(); c != "" {
+		out = append(out, c)
+	}
 	if len(rep.Skipped) > 0 {
 		out = append(out, "not measured: "+strings.Join(rep.Skipped, "; "))
 	}

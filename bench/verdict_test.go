@@ -363,9 +363,11 @@ func TestDecideSafetyAndParagraph(t *testing.T) {
 func TestDecideCaveats(t *testing.T) {
 	wide := useRow("redis", capsRedis, 100e3, 0.3)
 	rep := &Report{Quick: true, Skipped: []string{"mysql: mariadbd not found"}, Load: &Load{OtherPct: 25, Avg1Start: 1, Avg1End: 2},
-		Rows: []*Row{wide, useRow("zookeeper", capsZK, 600e3, 0.05)}}
+		Rows:   []*Row{wide, useRow("zookeeper", capsZK, 600e3, 0.05)},
+		Settle: &SettleSummary{Waited: true, Settles: 40, TimedOut: 20, MaxWait: time.Second, Budget: time.Minute}}
 	got := strings.Join(Decide(rep).Caveats, "\n")
 	for _, want := range []string{"redis on uncontended ±30 %", "-quick run", "other processes used 25 %", "not measured: mysql: mariadbd not found",
+		"20 of 40 settles gave up",
 		"with 5 rounds an interval covers 93.8 %", "absolute figures are specific to this machine"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("caveats lack %q:\n%s", want, got)

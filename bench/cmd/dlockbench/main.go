@@ -28,6 +28,10 @@
 //	-faults FILE    the fault suite's faults.json (cd faults && go run
 //	                ./cmd/dlockchaos -out DIR): the safety table shows the
 //	                violations it measured ("not run" without it)
+//	-settle         before each timed slice of the contended workloads,
+//	                wait (at most 1s) until the servers not under test are
+//	                quiet (bench.Quiet); without it, what they did during
+//	                each slice is still recorded
 //
 // See bench/README.md for what each column means.
 package main
@@ -78,6 +82,9 @@ type config struct {
 	progress bool
 	// allowMissing runs without the backends whose server cannot start.
 	allowMissing bool
+	// settle waits for the servers not under test to be quiet before
+	// each timed slice (bench.Quiet); off, it only watches them.
+	settle bool
 	// faults is the fault suite's faults.json, for the safety table.
 	faults string
 }
@@ -128,6 +135,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.rounds, "rounds", 6, "rounds per workload, the targets alternating within each (default 3 with -quick)")
 	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
 	fs.StringVar(&c.faults, "faults", "", "the fault suite's faults.json (written by faults/cmd/dlockchaos -out DIR) for the safety table's violations under faults")
+	fs.BoolVar(&c.settle, "settle", false, "before each timed slice of the contended workloads, wait (at most 1s) until the servers not under test are quiet (without it, what they did during each slice is still recorded)")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -225,7 +233,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep.Skipped = env.skipped
 
 	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
-	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr}
+	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr, Quiet: bench.NewQuiet(env.servers, cfg.settle)}
 	load := bench.StartLoad(serverPIDs(env.servers)...)
 	rows, paced, err := measure(ctx, cfg, env, plan, runner, stderr)
 	if err != nil {
@@ -245,6 +253,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	rep.Rows, rep.Paced = rows, paced
+	rep.Settle = runner.Quiet.Summary()
 	rep.Verdict = bench.DecideFaults(rep, faults)
 	rep.Duration = time.Since(started).Round(time.Second)
 	rep.DurationS = rep.Duration.String()

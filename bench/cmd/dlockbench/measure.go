@@ -69,6 +69,7 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 	m := &measurer{cfg: cfg, e: e, r: r, rounds: cfg.rounds, pacer: bench.NewPacer(),
 		pb: &progress{w: stderr, on: cfg.progress, start: time.Now()}, capacity: map[string]float64{}, broken: map[string]string{}}
 	defer m.pacer.Close()
+	m.pacer.Quiet = r.Quiet
 	m.estimate(plan)
 	if !cfg.progress {
 		fmt.Fprintf(stderr, "dlockbench: %d workloads × %d rounds, %d runs, about %v\n", len(plan), m.rounds, m.steps, m.total.Round(time.Second))
@@ -287,7 +288,14 @@ func (m *measurer) scale(ctx context.Context, w bench.Workload) []*bench.Row {
 				}
 			}
 		}
+		// The other servers settle before the point (not before each of
+		// its slices: a point connects its clients and takes its leases
+		// first, its own work).
+		settle := m.r.Quiet.Settle(ctx, t.Server)
 		row, err := bench.RunScale(ctx, t, floor, w, sampler(m.e, t, false))
+		if settle.Settles > 0 && row.Skipped == "" {
+			row.Settle = &settle
+		}
 		if err != nil {
 			// Each further point would wait out the same limit.
 			m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
@@ -312,7 +320,7 @@ func (m *measurer) semaphore(ctx context.Context, w bench.Workload) []*bench.Row
 			continue
 		}
 		m.show(t.Name+" · "+w.Label(), w.Duration+2*runOverhead)
-		rs, err := bench.RunSemaphore(ctx, t, w, m.rounds)
+		rs, err := bench.RunSemaphore(ctx, t, w, m.rounds, m.r.Quiet)
 		if errors.Is(err, bench.ErrStuck) {
 			// Each further run would wait out the same limit.
 			m.broken[t.Name] = w.Label() + ": " + bench.ErrStuck.Error()
