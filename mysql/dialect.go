@@ -25,11 +25,7 @@ import (
 // but NEXTVAL inside a forupdate transaction stalled concurrent acquirers
 // under load.) version and getlock move the row's fence on in the grant's
 // autocommitted statement (nextFence).
-type dialect struct {
-	// hints times the version waiters' attempts (VersionHint); nil in a
-	// dialect that runs no Locker.
-	hints *waitHints
-}
+type dialect struct{}
 
 func (dialect) Backend() string           { return "mysql" }
 func (dialect) NativeStrategy() string    { return "getlock" }
@@ -571,8 +567,7 @@ func nativeKey(t sqllock.Table, r sqllock.Req) string {
 // interleaved on one connection). The OK packet tells a grant (a row
 // changed, its token the insert id), a held row (no row changed: its
 // WHERE's second term, always false, set the insert id to the holder's
-// lease age plus one, never 0, which the waiter's next wait is timed by:
-// VersionHint) and no row (the insert id 0) apart (takeTag).
+// token, which is never 0) and no row (the insert id 0) apart (takeTag).
 // A server that skipped that term would make a held row read as a
 // missing one: the caller then tries again with Create, which refuses.
 func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -582,7 +577,7 @@ func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	if !r.Create {
 		return []sqllock.Stmt{
 			sqllock.S(takeTag+"UPDATE "+t.Q+" SET fence = LAST_INSERT_ID("+nextFence+"), owner = ?, acquired_at = UTC_TIMESTAMP(6), session = ?, expires_at = "+expires+
-				" WHERE name = ? AND ("+free+" OR LAST_INSERT_ID("+heldAge+") < 0)",
+				" WHERE name = ? AND ("+free+" OR LAST_INSERT_ID(fence) < 0)",
 				r.Owner, r.Nonce, ttl, r.Name),
 		}
 	}
@@ -597,11 +592,6 @@ func (d dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 			r.Name, r.Owner, ttl, r.Nonce, r.Owner, r.Nonce, ttl),
 	}
 }
-
-// heldAge is the holder's lease age in microseconds plus one (never 0,
-// never negative, whatever the clock did): what a refused take answers,
-// for the waiter's next try (VersionHint).
-const heldAge = "GREATEST(IFNULL(TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6)), 0), 0) + 1"
 
 // VersionRefresh moves the expiry on in one statement; the rows it
 // changed say whether the lease was still held (changedTag).

@@ -21,19 +21,19 @@ import (
 // result; one statement alone is the floor's round trip.
 const (
 	// grantTag: the answer is one row, (the statement's LAST_INSERT_ID
-	// when positive, else NULL; NULL; NULL): a version grant's token, an
-	// unknown remaining lease and an unknown holder's age.
+	// when positive, else NULL; NULL): a version grant's token, and an
+	// unknown remaining lease.
 	grantTag = "/* dlock:grant */ "
 	// changedTag: the answer is one row, (TRUE), when the statement
 	// changed a row, and no row otherwise.
 	changedTag = "/* dlock:changed */ "
 	// takeTag: as grantTag, for an UPDATE of the row when free whose
-	// WHERE evaluates LAST_INSERT_ID(the holder's lease age in
-	// microseconds, plus one) when the row is held: (the insert id, NULL)
-	// when it changed the row, (NULL, NULL, the age) when it did not but
-	// the insert id is set (never 0), no row when the insert id is 0 (the
-	// statement found no row). A held row does not match the WHERE: it
-	// counts as no row changed whatever clientFoundRows says.
+	// WHERE evaluates LAST_INSERT_ID(fence) when the row is held: (the
+	// insert id, NULL) when it changed the row, (NULL, NULL) when it
+	// did not but the insert id is set (the holder's token, never 0), no
+	// row when the insert id is 0 (the statement found no row). A held row
+	// does not match the WHERE: it counts as no row changed whatever
+	// clientFoundRows says.
 	takeTag = "/* dlock:take */ "
 	// countTag: the answer is one row, (the rows the statement changed),
 	// even 0.
@@ -202,19 +202,14 @@ func runTagged(ctx context.Context, db execer, s sqllock.Stmt, dest []any) (hand
 		}
 		if take {
 			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				if err != nil {
-					return true, false, err
-				}
-				// Held: the insert id is the holder's lease age in
-				// microseconds, plus one.
-				return true, true, assign(dest, nil, nil, id-1)
+				return true, err == nil, err
 			}
 		}
 		var token any
 		if id > 0 {
 			token = id
 		}
-		return true, true, assign(dest, token, nil, nil)
+		return true, true, assign(dest, token, nil)
 	}
 	n, err := res.RowsAffected()
 	if count && err == nil {

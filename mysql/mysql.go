@@ -49,7 +49,7 @@ func (o *Options) config() (sqllock.Config, error) {
 	if o == nil {
 		o = &Options{}
 	}
-	return sqllock.NewConfig(dialect{hints: &waitHints{}}, o.Strategy, o.Table, !o.NoMigrate)
+	return sqllock.NewConfig(dialect{}, o.Strategy, o.Table, !o.NoMigrate)
 }
 
 // OpenLocker returns a Locker on an existing *sql.DB of go-sql-driver.

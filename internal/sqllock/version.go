@@ -21,14 +21,8 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	_, creates := l.d.(RowCreator)
 	known := !creates || l.rows.Has(r.Name)
 	r.Create = !known
-	var token, remaining, age *int64
-	dest := []any{&token, &remaining}
-	hinter, hints := l.d.(VersionHinter)
-	if hints {
-		dest = append(dest, &age)
-	}
-	start := time.Now()
-	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), dest...)
+	var token, remaining *int64
+	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 	if err == nil && !found {
 		// No row yet (a dialect may report that): create it, try again.
 		if creates {
@@ -37,8 +31,7 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 			_, err = l.pool.Run(ctx, l.d.EnsureRow(l.t, r))
 		}
 		if err == nil {
-			start = time.Now()
-			found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), dest...)
+			found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
 		}
 	}
 	r.Create = false
@@ -61,53 +54,10 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 		if remaining != nil && *remaining > 0 {
 			e.RetryAfter = FromMicros(*remaining)
 		}
-		if hints && age != nil {
-			e.RetryAfter = retryAfter(hinter.VersionHint(req.Name, FromMicros(*age), time.Since(start)), e.RetryAfter)
-		}
 		return nil, fmt.Errorf("%s: %w", l.d.Backend(), e)
 	}
 	r.Token = *token
-	if hints {
-		hinter.VersionGranted(req.Name)
-	}
-	return &versionLease{l: l, r: r, start: start}, nil
-}
-
-// VersionHinter is a Version dialect whose failed attempt answers the
-// holder's lease age (a third value after the token and the remaining
-// lease: the server's now minus the holder's acquired_at, in
-// microseconds) and which keeps, per name and Locker, what the next wait
-// should be. The portable layer's backoff (2 → 100 ms, full jitter) only
-// grows, whatever the lock does; a hint shortens it (driver.NotAcquiredError's
-// RetryAfter) so that a waiter tries again about when the holder should
-// release, never sooner than half of how long it has been waiting, so a
-// waiter makes a bounded number of attempts per doubling of its wait, as
-// the backoff does, whatever the number of waiters.
-type VersionHinter interface {
-	// VersionHint is the wait before the next attempt of a waiter whose
-	// attempt on name, which took rtt, found it held by a lease granted
-	// age ago (on the server's clock, when it ran the attempt).
-	VersionHint(name string, age, rtt time.Duration) time.Duration
-	// VersionGranted: this Locker was granted name (its waits on it end).
-	VersionGranted(name string)
-	// VersionHeld: this Locker held name for d (its request's start to
-	// its release's start).
-	VersionHeld(name string, d time.Duration)
-}
-
-// retryAfter is the RetryAfter that makes the portable layer, which waits
-// RetryAfter plus a millisecond when that is shorter than its backoff,
-// wait hint (a millisecond at least; none: rem), and no longer than the
-// holder's remaining lease (rem, when known).
-func retryAfter(hint, rem time.Duration) time.Duration {
-	if hint <= 0 {
-		return rem
-	}
-	d := max(hint-time.Millisecond, 1)
-	if rem > 0 {
-		d = min(d, rem)
-	}
-	return d
+	return &versionLease{l: l, r: r}, nil
 }
 
 // newNonce returns an attempt's nonce (Req.Nonce): positive, random.
@@ -149,9 +99,6 @@ type versionLease struct {
 	// queued: waiters were queued when the lease was granted (its
 	// release hands over at once, VersionQueuer).
 	queued bool
-	// start is when the request that took the lease started (its hold
-	// time, for a VersionHinter).
-	start time.Time
 }
 
 var _ driver.Granted = (*versionLease)(nil)
@@ -190,9 +137,6 @@ func (v *versionLease) Release(ctx context.Context) error {
 	r.Channel = v.l.t.Channel
 	if v.sem != nil {
 		return v.cond(ctx, "release", v.sem.SemVersionRelease(v.l.t, r))
-	}
-	if h, ok := v.l.d.(VersionHinter); ok && !v.start.IsZero() {
-		h.VersionHeld(r.Name, time.Since(v.start))
 	}
 	q, queues := v.l.d.(VersionQueuer)
 	if queues && v.queued {
