@@ -360,6 +360,15 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			create = d.EnsureRow(t, r)[:3]
 		}
 		out := append(create, session(r), sqllock.S("START TRANSACTION"))
+		// The server evaluates the marker's EXISTS after the row lock's
+		// wake: 25-40 µs of each handoff (the holder's ROLLBACK to the
+		// waiter's reply, probed alternately on one server). A derived
+		// table of the marker, read before the wait, saves that but costs
+		// every acquire its temporary table (the uncontended acquire's
+		// p50 351 → 414 µs, dlockbench -quick, 4 alternated pairs); a
+		// check in a statement before this one would let the marker be
+		// cleared during the wait (TestForUpdateMarkerClearedWhileWaiting).
+		marker := "EXISTS (SELECT 1 FROM " + t.Live + " WHERE server = @@server_id)"
 		if r.NoWait {
 			// NOWAIT is the statement's: in the INSERT, it would refuse
 			// the counter's AUTO-INC lock too while another grant's
@@ -367,23 +376,12 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			// release wakes, locks the row in a statement of its own.
 			return append(out,
 				sqllock.S(foundTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE NOWAIT", r.Name),
-				sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1 AND "+
-					"EXISTS (SELECT 1 FROM "+t.Live+" WHERE server = @@server_id)", r.Name, r.Owner))
+				sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, ?, ?, CONNECTION_ID() FROM DUAL WHERE ROW_COUNT() = 1 AND "+marker,
+					r.Name, r.Owner))
 		}
-		// The waiting grant checks the marker in a derived table of one
-		// row (none when the marker is missing), read once when the
-		// statement starts, before the row lock's wait. As a condition
-		// in the WHERE (EXISTS) it was evaluated after the wake, which
-		// cost each handoff 25-40 µs (the holder's ROLLBACK to the
-		// waiter's reply: 346 → 322 µs and 394 → 356 µs at p50, probed
-		// alternately on one server). The statement holds the MEMORY
-		// table's read lock until it ends, so the marker cannot be
-		// cleared during the wait (TestForUpdateMarkerClearedWhileWaiting),
-		// and a restart of the server ends the statement with its session.
-		marker := "(SELECT 1 FROM " + t.Live + " WHERE server = @@server_id LIMIT 1) AS dlock_marker"
 		return append(out,
-			sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, name, ?, CONNECTION_ID() FROM "+t.Q+", "+marker+
-				" WHERE name = ? FOR UPDATE", r.Owner, r.Name),
+			sqllock.S(lockTag+"INSERT INTO "+grantTable(t)+" (id, name, owner, session) SELECT NULL, name, ?, CONNECTION_ID() FROM "+t.Q+
+				" WHERE name = ? AND "+marker+" FOR UPDATE", r.Owner, r.Name),
 			sqllock.S(elseTag+"SELECT fence INTO @dlock_f FROM "+t.Q+" WHERE name = ? FOR UPDATE", r.Name))
 	}
 	// getlock: the token is the name's row's fence, moved on by the

@@ -261,6 +261,7 @@ func TestForUpdateWaitingGrantFallsBack(t *testing.T) {
 // loss, Migrate's reset) while a grant waits for the row lock never lets
 // that grant take a token without moving the counter on: either the clear
 // waits for the waiting statement, or the grant finds the marker missing.
+// A check of the marker in a statement before the waiting one fails it.
 func TestForUpdateMarkerClearedWhileWaiting(t *testing.T) {
 	ctx, db, u := tableTest(t, "forupdate", "midwait")
 	holder, waiter := sqltest.Open(t, ctx, u), sqltest.Open(t, ctx, u)
