@@ -256,3 +256,59 @@ func TestForUpdateWaitingGrantFallsBack(t *testing.T) {
 		t.Errorf("row deleted: token %d after %d", again, recovered)
 	}
 }
+
+// TestForUpdateMarkerClearedWhileWaiting: the marker cleared (a restart's
+// loss, Migrate's reset) while a grant waits for the row lock never lets
+// that grant take a token without moving the counter on: either the clear
+// waits for the waiting statement, or the grant finds the marker missing.
+// A check of the marker in a statement before the waiting one fails it.
+func TestForUpdateMarkerClearedWhileWaiting(t *testing.T) {
+	ctx, db, u := tableTest(t, "forupdate", "midwait")
+	holder, waiter := sqltest.Open(t, ctx, u), sqltest.Open(t, ctx, u)
+	opts := &dlock.AcquireOptions{NoKeepAlive: true}
+	held, err := holder.Acquire(ctx, "m", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan *dlock.Lease, 1)
+	go func() {
+		ls, err := waiter.Acquire(ctx, "m", opts)
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- ls
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter's statement waits for the row
+	cleared := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(ctx, "DELETE FROM midwait_live")
+		cleared <- err
+	}()
+	clearedFirst := false
+	select {
+	case err := <-cleared:
+		if err != nil {
+			t.Fatal(err)
+		}
+		clearedFirst = true
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-granted
+	if got == nil {
+		return
+	}
+	defer got.Release(ctx)
+	if !clearedFirst {
+		if err := <-cleared; err != nil {
+			t.Fatal(err)
+		}
+		t.Log("the clear waited for the grant")
+		return // the clear waited for the grant's statement
+	}
+	if got.Token() < held.Token()+1<<36 {
+		t.Errorf("the marker was cleared while the grant waited: token %d after %d, want the counter moved on by 2^36", got.Token(), held.Token())
+	}
+}
