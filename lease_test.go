@@ -19,6 +19,7 @@ import (
 type stubDriver struct {
 	caps         driver.Capabilities
 	blockRelease bool
+	onRelease    func(ctx context.Context) // called first by every Release
 
 	mu       sync.Mutex
 	held     map[string]uint64
@@ -59,6 +60,9 @@ func (ls *stubLease) Refresh(context.Context, time.Duration) error {
 }
 
 func (ls *stubLease) Release(ctx context.Context) error {
+	if f := ls.d.onRelease; f != nil {
+		f(ctx)
+	}
 	if ls.d.blockRelease {
 		<-ctx.Done()
 		return ctx.Err()
@@ -289,6 +293,67 @@ func TestTTLOutsideDeclaredRange(t *testing.T) {
 	defer l2.Close()
 	if _, err := l2.TryAcquire(context.Background(), "a", &AcquireOptions{TTL: 2 * time.Millisecond}); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("a 2ms TTL (less validity than drift) was accepted: %v", err)
+	}
+}
+
+// Every release reaches the driver bounded: by ReleaseTimeout when the
+// caller's context has no deadline (context.Background() included, whose
+// releases share a bounded context: then within the last tenth of it), by
+// the caller's deadline when sooner, by a fresh bounded context when the
+// caller's had ended; the caller's values reach the driver.
+func TestReleaseContextIsBounded(t *testing.T) {
+	type key struct{}
+	d := newStub()
+	var got context.Context
+	var gotErr error // got's, as the driver's release began
+	d.onRelease = func(ctx context.Context) { got, gotErr = ctx, ctx.Err() }
+	l := NewLocker(d)
+	defer l.Close()
+	near, cancelNear := context.WithTimeout(context.Background(), time.Second)
+	defer cancelNear()
+	far, cancelFar := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
+	defer cancelFar()
+	ended, cancelEnded := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	cancelEnded()
+	cases := []struct {
+		name   string
+		ctx    context.Context
+		lo, hi time.Duration // the deadline's distance from the release
+		value  bool
+	}{
+		{"background", context.Background(), ReleaseTimeout - releaseReuse - 50*time.Millisecond, ReleaseTimeout, false},
+		{"todo", context.TODO(), ReleaseTimeout - releaseReuse - 50*time.Millisecond, ReleaseTimeout, false},
+		{"value, no deadline", context.WithValue(context.Background(), key{}, "v"), ReleaseTimeout - 50*time.Millisecond, ReleaseTimeout, true},
+		{"far deadline", far, ReleaseTimeout - 50*time.Millisecond, ReleaseTimeout, true},
+		{"near deadline", near, 0, time.Second, false},
+		{"ended", ended, ReleaseTimeout - 50*time.Millisecond, ReleaseTimeout, true},
+	}
+	for i := 0; i < 4; i++ { // the shared context, made, reused and made anew
+		for _, c := range cases {
+			ls, err := l.TryAcquire(context.Background(), "a", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = nil
+			start := time.Now()
+			if err := ls.Release(c.ctx); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			dl, ok := got.Deadline()
+			if !ok {
+				t.Fatalf("%s: the driver's release had no deadline", c.name)
+			}
+			if left := dl.Sub(start); left < c.lo || left > c.hi+50*time.Millisecond {
+				t.Errorf("%s: the driver's release was bounded %v after it began; want %v to %v", c.name, left, c.lo, c.hi)
+			}
+			if err := gotErr; err != nil {
+				t.Errorf("%s: the driver's release context had ended: %v", c.name, err)
+			}
+			if c.value && got.Value(key{}) != "v" {
+				t.Errorf("%s: the caller's value did not reach the driver", c.name)
+			}
+		}
+		time.Sleep(releaseReuse / 2)
 	}
 }
 
