@@ -44,6 +44,9 @@ type sessionID struct {
 	// set are the arguments of the last sessionSQL that this session
 	// ran, while its timeouts are still those (nil: unknown).
 	set []any
+	// nc is the connection when the driver dialed it for a Pin (nil:
+	// unknown; see abort.go).
+	nc *netConn
 }
 
 // newMarker returns a fresh marker: "dlock#conn#" and 32 hex digits, a
@@ -96,7 +99,8 @@ func scan(row *sql.Row, dest []any) (bool, error) {
 // Pin takes a connection and learns its CONNECTION_ID() (once per
 // physical connection).
 func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
-	sc, err := p.db.Conn(ctx)
+	slot := new(dialSlot)
+	sc, err := p.db.Conn(context.WithValue(ctx, dialSlotKey{}, slot))
 	if err != nil {
 		return nil, p.connErr(err)
 	}
@@ -107,6 +111,7 @@ func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
 	p.mu.Unlock()
 	if !ok {
 		var got sql.NullInt64
+		ses.nc = slot.nc
 		ses.marker = newMarker()
 		if err := sc.QueryRowContext(ctx, "SELECT CONNECTION_ID(), GET_LOCK(?, 0)", ses.marker).Scan(&ses.id, &got); err != nil {
 			c.Release(true)
@@ -115,12 +120,20 @@ func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
 		if got.Int64 != 1 {
 			ses.marker = ""
 		}
-		p.mu.Lock()
-		if p.ids == nil || len(p.ids) > 4*max(p.db.Stats().OpenConnections, 64) {
-			p.ids = make(map[any]sessionID) // forget connections closed by database/sql
+		if ses.nc == nil && p.owned {
+			// A connection of this pool that database/sql dialed for
+			// another use: its statements would be watched by
+			// go-sql-driver (abort.go). It serves this Pin, then
+			// closes, so that a later Pin dials one of its own.
+			c.broken = true
+		} else {
+			p.mu.Lock()
+			if p.ids == nil || len(p.ids) > 4*max(p.db.Stats().OpenConnections, 64) {
+				p.ids = make(map[any]sessionID) // forget connections closed by database/sql
+			}
+			p.ids[c.key] = ses
+			p.mu.Unlock()
 		}
-		p.ids[c.key] = ses
-		p.mu.Unlock()
 	}
 	c.ses = ses
 	return c, nil
@@ -148,6 +161,7 @@ type conn struct {
 	ses sessionID
 
 	released bool
+	broken   bool // aborted by a context's end, or not dialed by a Pin: never back to the pool
 }
 
 func (c *conn) Session() int64 { return c.ses.id }
@@ -156,7 +170,14 @@ func (c *conn) Session() int64 { return c.ses.id }
 // statement by statement otherwise.
 func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
 	stmts = c.settings(stmts)
-	found, err := c.run(ctx, stmts, dest)
+	sctx, aborted := c.unwatched(ctx)
+	found, err := c.run(sctx, stmts, dest)
+	if aborted != nil && aborted() {
+		// ctx ended and broke the connection: whatever the statement
+		// did, its session is gone with it (see abort.go).
+		c.broken = true
+		found, err = false, ctx.Err()
+	}
 	if err != nil {
 		c.ses.set = nil // the session's state is unknown
 	}
@@ -272,6 +293,7 @@ func (c *conn) Release(discard bool) {
 		return
 	}
 	c.released = true
+	discard = discard || c.broken
 	if !discard {
 		c.p.mu.Lock()
 		if ses, ok := c.p.ids[c.key]; ok && ses.id == c.ses.id {

@@ -228,6 +228,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	// such lines, or hands them to the Locker's Observer.
 	clog := driver.NewClientLog(raw)
 	cfg.Logger = clog
+	cfg.DialFunc = dial // connections a context can abort (abort.go)
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		return nil, invalid("%v", err)
