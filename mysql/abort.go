@@ -21,8 +21,9 @@ import (
 // context 20-30 µs; driver-level probe, Background against cancellable
 // contexts, MariaDB on loopback, 400 hand-offs each, alternating).
 //
-// A connection the driver dialed itself (openURL's DialFunc) is a
-// netConn, which the statement's context can abort directly: the
+// A connection the driver dialed itself (openURL's DialFunc) for a Pin or
+// a one-statement Run (the version strategy's statements) is a netConn,
+// which the statement's context can abort directly: the
 // statement runs under a context that go-sql-driver does not watch
 // (context.WithoutCancel: same values, no Done), and context.AfterFunc
 // sets the connection's deadline in the past when the caller's context
@@ -30,7 +31,10 @@ import (
 // close would make it; go-sql-driver then reports the connection broken,
 // and the statement's error is the context's. A connection whose netConn
 // is not known (a *sql.DB the user passed, one opened by database/sql's
-// background opener) keeps go-sql-driver's watcher.
+// background opener or by a Ping) keeps go-sql-driver's watcher; Pin
+// closes such a connection after its use, so that a later Pin dials one
+// of its own. (pgx does the same since v5.6: its context watcher is a
+// context.AfterFunc that cancels on the connection itself.)
 
 // netConn is a connection dialed by the driver, which a context's end
 // can abort.
@@ -87,10 +91,38 @@ func dial(ctx context.Context, network, addr string) (net.Conn, error) {
 // connection is broken and is discarded). Without a netConn, or for a
 // context that cannot end, it is ctx itself (go-sql-driver watches it).
 func (c *conn) unwatched(ctx context.Context) (context.Context, func() bool) {
-	nc := c.ses.nc
+	return unwatched(ctx, c.ses.nc)
+}
+
+// unwatched is conn.unwatched for a connection whose netConn is nc (nil:
+// unknown).
+func unwatched(ctx context.Context, nc *netConn) (context.Context, func() bool) {
 	if nc == nil || ctx.Done() == nil || ctx.Err() != nil {
 		return ctx, nil
 	}
 	stop := context.AfterFunc(ctx, nc.abort)
 	return context.WithoutCancel(ctx), func() bool { return !stop() || nc.aborted.Load() }
+}
+
+// netOf returns the netConn of the driver connection key: dialed, the
+// caller's slot says, by the call that took it (then recorded), or by an
+// earlier one; nil when it is not known.
+func (p *pool) netOf(key any, dialed *netConn) *netConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if dialed != nil {
+		if p.nets == nil || len(p.nets) > 4*max(p.db.Stats().OpenConnections, 64) {
+			p.nets = make(map[any]*netConn) // forget connections closed by database/sql
+		}
+		p.nets[key] = dialed
+		return dialed
+	}
+	return p.nets[key]
+}
+
+// forgetNet drops the record of a discarded connection.
+func (p *pool) forgetNet(key any) {
+	p.mu.Lock()
+	delete(p.nets, key)
+	p.mu.Unlock()
 }

@@ -12,16 +12,16 @@ import (
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
-// A statement on a pinned connection ends when its context does, even
-// when the server does not answer (a silent partition): the wait of a
-// blocked Acquire, and a holder's Release. The driver's connections are
+// A statement ends when its context does, even when the server does not
+// answer (a silent partition): the wait of a blocked Acquire (version:
+// its polls), and a holder's Release. The driver's connections are
 // aborted by the context itself, not by go-sql-driver's watcher
 // (abort.go); a Locker goes on working once the network heals.
 func TestStatementsEndWithTheirContextOnASilentServer(t *testing.T) {
 	srv := testenv.MySQL(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	proxy := netproxy.ForTest(t, srv.Addr)
-	for _, strategy := range []string{"forupdate", "getlock"} {
+	for _, strategy := range []string{"forupdate", "getlock", "version"} {
 		t.Run(strategy, func(t *testing.T) {
 			direct, err := dlock.Open(ctx, testenv.WithParams(srv.URL, "strategy", strategy))
 			if err != nil {
@@ -34,7 +34,12 @@ func TestStatementsEndWithTheirContextOnASilentServer(t *testing.T) {
 			}
 			defer proxied.Close()
 			name := "abort-" + strategy
+			// A version lease whose release the partition stopped stays
+			// until its TTL.
 			opts := &dlock.AcquireOptions{TTL: 30 * time.Second}
+			if strategy == "version" {
+				opts.TTL = 2 * time.Second
+			}
 
 			// ends checks that call returns by its 300ms context, with
 			// the context's error, while the proxy is cut.

@@ -29,6 +29,9 @@ type pool struct {
 
 	mu  sync.Mutex
 	ids map[any]sessionID // driver connection → its session
+	// nets: driver connection → the netConn the driver dialed for it
+	// (abort.go), for the connections dialed by a Pin or a Run.
+	nets map[any]*netConn
 }
 
 // sessionID identifies a connection's session on the server: its
@@ -73,10 +76,7 @@ func (p *pool) InUse() int { return p.db.Stats().InUse }
 // session variables and, for some, a transaction.
 func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
 	if len(stmts) == 1 {
-		if handled, found, err := runTagged(ctx, p.db, stmts[0], dest); handled {
-			return found, err
-		}
-		return scan(p.db.QueryRowContext(ctx, stmts[0].SQL, stmts[0].Args...), dest)
+		return p.runOne(ctx, stmts[0], dest)
 	}
 	c, err := p.Pin(ctx)
 	if err != nil {
@@ -85,6 +85,40 @@ func (p *pool) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool
 	found, err := c.Run(ctx, stmts, dest...)
 	// A failed script may have left a transaction open: never reuse it.
 	c.Release(err != nil)
+	return found, err
+}
+
+// runOne runs one statement on a connection of the pool, unwatched by
+// go-sql-driver when the driver dialed it (abort.go).
+func (p *pool) runOne(ctx context.Context, s sqllock.Stmt, dest []any) (bool, error) {
+	if !p.owned || ctx.Done() == nil {
+		// Not our connections, or nothing to watch: the pool's own
+		// call, which also retries a connection found broken.
+		if handled, found, err := runTagged(ctx, p.db, s, dest); handled {
+			return found, err
+		}
+		return scan(p.db.QueryRowContext(ctx, s.SQL, s.Args...), dest)
+	}
+	slot := new(dialSlot)
+	sc, err := p.db.Conn(context.WithValue(ctx, dialSlotKey{}, slot))
+	if err != nil {
+		return false, err
+	}
+	var key any
+	_ = sc.Raw(func(dc any) error { key = dc; return nil })
+	sctx, aborted := unwatched(ctx, p.netOf(key, slot.nc))
+	handled, found, err := runTagged(sctx, sc, s, dest)
+	if !handled {
+		found, err = scan(sc.QueryRowContext(sctx, s.SQL, s.Args...), dest)
+	}
+	if aborted != nil && aborted() {
+		// ctx ended and broke the connection: whatever the statement
+		// did, it is not known to have happened.
+		found, err = false, ctx.Err()
+		_ = sc.Raw(func(any) error { return driver.ErrBadConn })
+		p.forgetNet(key)
+	}
+	_ = sc.Close()
 	return found, err
 }
 
@@ -109,9 +143,10 @@ func (p *pool) Pin(ctx context.Context) (sqllock.Conn, error) {
 	p.mu.Lock()
 	ses, ok := p.ids[c.key]
 	p.mu.Unlock()
+	nc := p.netOf(c.key, slot.nc)
 	if !ok {
 		var got sql.NullInt64
-		ses.nc = slot.nc
+		ses.nc = nc
 		ses.marker = newMarker()
 		if err := sc.QueryRowContext(ctx, "SELECT CONNECTION_ID(), GET_LOCK(?, 0)", ses.marker).Scan(&ses.id, &got); err != nil {
 			c.Release(true)
@@ -305,6 +340,7 @@ func (c *conn) Release(discard bool) {
 		_ = c.c.Raw(func(any) error { return driver.ErrBadConn })
 		c.p.mu.Lock()
 		delete(c.p.ids, c.key)
+		delete(c.p.nets, c.key)
 		c.p.mu.Unlock()
 	}
 	_ = c.c.Close()
