@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 )
 
 // Cancelling a statement on a pinned connection without go-sql-driver's
@@ -51,6 +53,50 @@ var longAgo = time.Unix(1, 0)
 func (n *netConn) abort() {
 	n.aborted.Store(true)
 	_ = n.Conn.SetDeadline(longAgo)
+}
+
+// errAborted is the error of a read or write that an abort failed.
+var errAborted = errors.New("mysql: connection aborted: its statement's context ended")
+
+// Read and Write say errAborted when an abort failed them, so that
+// go-sql-driver's log line for it can be told apart (quietAborts). Once
+// aborted they fail without trying: go-sql-driver sets a deadline of its
+// own before each read or write when the URL sets readTimeout or
+// writeTimeout, which would replace the abort's.
+func (n *netConn) Read(b []byte) (int, error) {
+	if n.aborted.Load() {
+		return 0, errAborted
+	}
+	k, err := n.Conn.Read(b)
+	if err != nil && n.aborted.Load() {
+		err = errAborted
+	}
+	return k, err
+}
+
+func (n *netConn) Write(b []byte) (int, error) {
+	if n.aborted.Load() {
+		return 0, errAborted
+	}
+	k, err := n.Conn.Write(b)
+	if err != nil && n.aborted.Load() {
+		err = errAborted
+	}
+	return k, err
+}
+
+// quietAborts drops go-sql-driver's log line for an I/O that an abort
+// failed: the caller's context ended, which its call reports already (the
+// watcher's cancel logs nothing either).
+type quietAborts struct{ gomysql.Logger }
+
+func (q quietAborts) Print(v ...any) {
+	for _, x := range v {
+		if err, ok := x.(error); ok && errors.Is(err, errAborted) {
+			return
+		}
+	}
+	q.Logger.Print(v...)
 }
 
 // SyscallConn is the connection's own, for go-sql-driver's liveness check

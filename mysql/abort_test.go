@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/netproxy"
+	"github.com/dlock-go/dlock/internal/obstest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -28,7 +29,8 @@ func TestStatementsEndWithTheirContextOnASilentServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer direct.Close()
-			proxied, err := dlock.Open(ctx, testenv.WithParams(strings.Replace(srv.URL, srv.Addr, proxy.Addr(), 1), "strategy", strategy))
+			rec := &obstest.Recorder{}
+			proxied, err := dlock.OpenWith(ctx, testenv.WithParams(strings.Replace(srv.URL, srv.Addr, proxy.Addr(), 1), "strategy", strategy), &dlock.Options{Observer: rec})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,6 +125,11 @@ func TestStatementsEndWithTheirContextOnASilentServer(t *testing.T) {
 					t.Fatalf("after the partition healed: %v", err)
 				}
 				time.Sleep(50 * time.Millisecond)
+			}
+			// A context's abort is the caller's own doing, which its
+			// call reports: go-sql-driver's log line for it is dropped.
+			if text := rec.Text(); strings.Contains(text, "aborted") || strings.Contains(text, "i/o timeout") {
+				t.Errorf("the Observer got a client log line for a context's abort:\n%s", text)
 			}
 		})
 	}

@@ -227,7 +227,7 @@ func openURL(ctx context.Context, raw string) (driver.Locker, error) {
 	// unexpected EOF" to stderr when a connection breaks: this one drops
 	// such lines, or hands them to the Locker's Observer.
 	clog := driver.NewClientLog(raw)
-	cfg.Logger = clog
+	cfg.Logger = quietAborts{clog}
 	cfg.DialFunc = dial // connections a context can abort (abort.go)
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
