@@ -47,8 +47,8 @@ type sessionID struct {
 	// set are the arguments of the last sessionSQL that this session
 	// ran, while its timeouts are still those (nil: unknown).
 	set []any
-	// nc is the connection when the driver dialed it for a Pin (nil:
-	// unknown; see abort.go).
+	// nc is the connection when the driver dialed it for a Pin or a Run
+	// (nil: unknown; see abort.go).
 	nc *netConn
 }
 
@@ -196,7 +196,7 @@ type conn struct {
 	ses sessionID
 
 	released bool
-	broken   bool // aborted by a context's end, or not dialed by a Pin: never back to the pool
+	broken   bool // aborted by a context's end, or not dialed by this pool's Pin or Run: never back to the pool
 }
 
 func (c *conn) Session() int64 { return c.ses.id }
