@@ -423,21 +423,35 @@ func (h *hold) refresh(ctx context.Context) error {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	if lost := h.dl.Lost(); lost != nil {
-		// A refresh blocked on a broken connection must not keep the hold
-		// from seeing the driver's loss signal.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-lost:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+	lost := h.dl.Lost()
+	if lost == nil {
+		return h.refreshWith(ctx)
 	}
-	return h.refreshWith(ctx)
+	// A refresh blocked on a broken connection must not keep the hold
+	// from seeing the driver's loss signal.
+	outer := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := h.refreshWith(ctx)
+	if err != nil && outer.Err() == nil && isContextErr(err) {
+		select {
+		case <-lost:
+			// Cut short by the loss signal (which may have come before
+			// the refresh began): the lease is gone, not the caller's
+			// context.
+			h.lost()
+			return fmt.Errorf("%w: the backend reported the lease gone", ErrNotHeld)
+		default:
+		}
+	}
+	return err
 }
 
 // refreshWith calls the driver's Refresh and, on success, moves the

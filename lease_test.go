@@ -417,3 +417,41 @@ func FuzzLeaseArithmetic(f *testing.F) {
 		}
 	})
 }
+
+// lostLease is a stubLease whose driver has reported it gone (Lost is
+// closed) and whose Refresh waits for its context, as a refresh on a
+// broken connection does.
+type lostLease struct{ *stubLease }
+
+func (l lostLease) Lost() <-chan struct{} { return closedChan }
+func (l lostLease) Refresh(ctx context.Context, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+type lostDriver struct{ *stubDriver }
+
+func (d lostDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
+	dl, err := d.stubDriver.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return lostLease{dl.(*stubLease)}, nil
+}
+
+// A Refresh that the driver's loss signal cut short says the lease is not
+// held (ErrNotHeld), not that a context was cancelled: the caller's was
+// not.
+func TestRefreshCutByLossIsNotHeld(t *testing.T) {
+	l := NewLocker(lostDriver{newStub()})
+	defer l.Close()
+	ctx := context.Background()
+	ls, err := l.TryAcquire(ctx, "a", &AcquireOptions{NoKeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ls.Refresh(ctx)
+	if !errors.Is(err, ErrNotHeld) || errors.Is(err, context.Canceled) {
+		t.Fatalf("Refresh of a lease its driver reported lost returned %v; want ErrNotHeld", err)
+	}
+}
