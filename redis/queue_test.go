@@ -145,15 +145,7 @@ func TestGrantMessageLost(t *testing.T) {
 				t.Fatal(err)
 			}
 			const ttl = 4 * time.Second // renewal every second
-			got := make(chan driver.Lease, 1)
-			go func() {
-				ls, err := d.(driver.Blocker).Acquire(ctx, driver.Request{Name: name, TTL: ttl})
-				if err != nil {
-					t.Error(err)
-				}
-				got <- ls
-			}()
-			waitQueued(t, ctx, raw, name, 1)
+			got := queueWaiter(t, ctx, d, raw, name, ttl)
 			switch how {
 			case "channel":
 				// The entry's channel replaced by one nobody reads: the
@@ -418,15 +410,7 @@ func TestGrantedLeaseStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan driver.Lease, 1)
-			go func() {
-				ls, err := d.(driver.Blocker).Acquire(ctx, driver.Request{Name: name, TTL: ttl})
-				if err != nil {
-					t.Error(err)
-				}
-				got <- ls
-			}()
-			waitQueued(t, ctx, raw, name, 1)
+			got := queueWaiter(t, ctx, d, raw, name, ttl)
 			time.Sleep(hold)
 			if err := held.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -571,4 +555,21 @@ func TestSubscribeOnlyWhenQueued(t *testing.T) {
 			}
 		})
 	}
+}
+
+// queueWaiter starts a blocking Acquire of name on d and returns once the
+// waiter is queued on the server; the lease (nil on an error, which fails
+// t) arrives on the channel.
+func queueWaiter(t *testing.T, ctx context.Context, d driver.Locker, raw *goredis.Client, name string, ttl time.Duration) <-chan driver.Lease {
+	t.Helper()
+	got := make(chan driver.Lease, 1)
+	go func() {
+		ls, err := d.(driver.Blocker).Acquire(ctx, driver.Request{Name: name, TTL: ttl})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ls
+	}()
+	waitQueued(t, ctx, raw, name, 1)
+	return got
 }
