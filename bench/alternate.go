@@ -73,14 +73,14 @@ const (
 
 // RunAlternating measures the uncontended workload w on every target at
 // once, in one process: one client per target, warmed up, then rounds ×
-// (every target in Rotation order runs a short slice). It returns, per
+// (every target in GroupedRotation order runs a short slice). It returns, per
 // target name, one *Result per round (nil for a round the target failed),
 // and per target a reason when the target could not be measured at all.
 //
 // Each target gets about w.Duration of measured time in all, w.Duration /
 // rounds per round (AlternatingRounds is the suggested count), cut into
 // slices of about sliceTime; within round r every turn runs the targets in
-// Rotation(n, r) order (the order changes from round to round, so that
+// GroupedRotation order, by server (the order changes from round to round, so that
 // which target runs after which is one more thing the rounds vary and the
 // interval over rounds absorbs). No other target's operation runs during
 // a target's slice. Each
@@ -142,6 +142,10 @@ func RunAlternating(ctx context.Context, targets []Target, w Workload, rounds in
 			results[a.t.Name] = make([]*Result, rounds)
 		}
 	}
+	group := make([]string, len(alts))
+	for i, t := range targets {
+		group[i] = t.Server
+	}
 	budget := w.Duration / time.Duration(rounds)
 	turns := max(1, int((budget+sliceTime-1)/sliceTime))
 	for r := range rounds {
@@ -154,7 +158,7 @@ func RunAlternating(ctx context.Context, targets []Target, w Workload, rounds in
 			// After turn k each target has had (k+1)/turns of its share
 			// of the round.
 			goal := time.Duration(int64(budget) * int64(k+1) / int64(turns))
-			for _, i := range Rotation(len(alts), r) {
+			for _, i := range GroupedRotation(group, r) {
 				if a := alts[i]; a != nil && !a.gaveUp {
 					if err := a.slice(ctx, w, goal); err != nil {
 						return nil, nil, err

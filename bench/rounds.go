@@ -107,3 +107,36 @@ func Rotation(n, r int) []int {
 	}
 	return order
 }
+
+// GroupedRotation is Rotation for targets in groups (group[i] is target
+// i's): the groups take turns in Rotation order, and within each turn a
+// group's targets run one after another, in Rotation order among
+// themselves. The targets compared with each other (a dlock row, its
+// floor, its peers and its round trip share a server: Target.Server) then
+// run side by side in every round. Under Rotation alone a round that
+// started inside a group split it, its first targets running at the end
+// of the turn and the rest at its start, a whole turn through every other
+// server apart: in a full run (some 45 targets, a turn of 100 ms or more)
+// the machine changes speed within a turn (a 2-core VM's vCPUs switch
+// between halting and polling, which triples a Redis round trip), and the
+// per-round ratio of two targets of a split group measured that change:
+// Redis ×floor medians of 1.25 to 1.44 with intervals of ±41 %, where
+// runs of the Redis targets alone gave 0.98 to 1.07.
+func GroupedRotation(group []string, r int) []int {
+	var keys []string
+	members := map[string][]int{}
+	for i, g := range group {
+		if _, ok := members[g]; !ok {
+			keys = append(keys, g)
+		}
+		members[g] = append(members[g], i)
+	}
+	order := make([]int, 0, len(group))
+	for _, gi := range Rotation(len(keys), r) {
+		m := members[keys[gi]]
+		for _, j := range Rotation(len(m), r) {
+			order = append(order, m[j])
+		}
+	}
+	return order
+}

@@ -122,3 +122,76 @@ func TestAggregateRoundsMergesAndSummarises(t *testing.T) {
 		t.Error("a target without any round got a row")
 	}
 }
+
+// TestGroupedRotation: every round runs every target once, a group's
+// targets one after another (the rows compared with each other run side
+// by side), no target runs right after the same other one in every round
+// once there are more rounds than one, and every group and every target
+// of a group gets to run first.
+func TestGroupedRotation(t *testing.T) {
+	layouts := [][]string{
+		{"a"},
+		{"a", "a", "a"},
+		{"m", "r", "r", "r", "r", "z", "z", "p"},
+		{"r", "z", "r", "z", "e"}, // a group's targets need not be listed together
+		{"m", "r", "r", "r", "r", "r", "r", "r", "r", "z", "z", "z", "z", "z", "p", "p", "p", "p", "e", "e", "e", "e"},
+	}
+	for _, group := range layouts {
+		n := len(group)
+		for _, rounds := range []int{2, 6, 30} {
+			follows := map[[2]int]int{}
+			firsts := map[string]map[int]bool{}
+			for r := range rounds {
+				order := GroupedRotation(group, r)
+				if sorted := slices.Sorted(slices.Values(order)); !slices.Equal(sorted, seq(n)) {
+					t.Fatalf("%v round %d: %v: not every target once", group, r, order)
+				}
+				done := map[string]bool{}
+				for i, v := range order {
+					g := group[v]
+					if i > 0 && group[order[i-1]] != g {
+						if done[g] {
+							t.Fatalf("%v round %d: %v: group %s split", group, r, order, g)
+						}
+					}
+					if i == 0 || group[order[i-1]] != g {
+						if firsts[g] == nil {
+							firsts[g] = map[int]bool{}
+						}
+						firsts[g][v] = true
+					}
+					done[g] = true
+					if i > 0 {
+						follows[[2]int{order[i-1], v}]++
+					}
+				}
+			}
+			for pair, k := range follows {
+				if k == rounds && n > 2 {
+					t.Errorf("%v, %d rounds: target %d runs right after %d in every round", group, rounds, pair[1], pair[0])
+				}
+			}
+			if rounds >= n {
+				for g, m := range firsts {
+					size := 0
+					for _, x := range group {
+						if x == g {
+							size++
+						}
+					}
+					if len(m) != size {
+						t.Errorf("%v, %d rounds: only %d of group %s's %d targets ever ran first in it", group, rounds, len(m), g, size)
+					}
+				}
+			}
+		}
+	}
+}
+
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
