@@ -352,10 +352,15 @@ func (m *measurer) begin(index int, w bench.Workload) *contention {
 }
 
 // runRound runs one round of a contended workload: every target one
-// slice, in Rotation order.
+// slice, in GroupedRotation order (a server's targets side by side, as
+// the uncontended workload runs them).
 func (m *measurer) runRound(ctx context.Context, c *contention, round int) {
 	w, sw := c.w, c.sw
-	for _, i := range bench.Rotation(len(c.targets), round) {
+	group := make([]string, len(c.targets))
+	for i, t := range c.targets {
+		group[i] = t.Server
+	}
+	for _, i := range bench.GroupedRotation(group, round) {
 		t := c.targets[i]
 		if why, ok := m.broken[t.Name]; ok && c.skipped[t.Name] == "" {
 			c.skipped[t.Name] = "not run after an earlier failure: " + why
