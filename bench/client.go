@@ -67,12 +67,27 @@ func openDlock(ctx context.Context, t Target) (Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cd := &countingDriver{Locker: l0.Driver()}
-	// The driver is re-wrapped so that failed attempts can be counted; the
-	// optional interfaces the portable layer looks for are kept.
+	drv, cd := countAttempts(l0.Driver())
+	return &dlockClient{
+		l:    dlock.NewLocker(drv),
+		cnt:  cd,
+		opts: &dlock.AcquireOptions{TTL: rowTTL(l0.Capabilities())},
+	}, nil
+}
+
+// countAttempts re-wraps a driver so that its failed attempts can be
+// counted, keeping the optional interfaces that the portable layer looks
+// for on the hot path (Blocker, Watcher, NameValidator: a row measures what
+// a user's Locker does, the driver's own name checks included). Inspector
+// and ClientLogger are not kept: dlockbench neither inspects nor observes.
+func countAttempts(inner driver.Locker) (driver.Locker, *countingDriver) {
+	cd := &countingDriver{Locker: inner}
+	if v, ok := inner.(driver.NameValidator); ok {
+		cd.validate = v.ValidateName
+	}
 	var drv driver.Locker = cd
-	b, isB := l0.Driver().(driver.Blocker)
-	w, isW := l0.Driver().(driver.Watcher)
+	b, isB := inner.(driver.Blocker)
+	w, isW := inner.(driver.Watcher)
 	switch {
 	case isB && isW:
 		drv = struct {
@@ -91,11 +106,7 @@ func openDlock(ctx context.Context, t Target) (Client, error) {
 			driver.Watcher
 		}{cd, w}
 	}
-	return &dlockClient{
-		l:    dlock.NewLocker(drv),
-		cnt:  cd,
-		opts: &dlock.AcquireOptions{TTL: rowTTL(l0.Capabilities())},
-	}, nil
+	return drv, cd
 }
 
 func (c *dlockClient) Acquire(ctx context.Context, name string) (Held, error) {
@@ -122,7 +133,16 @@ func (l lease) Release(ctx context.Context) error { return l.Lease.Release(ctx) 
 // countingDriver counts the TryAcquire calls that found the lock taken.
 type countingDriver struct {
 	driver.Locker
-	failed atomic.Uint64
+	failed   atomic.Uint64
+	validate func(name string) error // the driver's NameValidator, if any
+}
+
+// ValidateName applies the wrapped driver's own name rules, if it has any.
+func (c *countingDriver) ValidateName(name string) error {
+	if c.validate == nil {
+		return nil
+	}
+	return c.validate(name)
 }
 
 func (c *countingDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Lease, error) {
