@@ -35,11 +35,19 @@ import (
 // all.
 const AlternatingRounds = 30
 
-// sliceTime is the length of one target's turn. A turn through n targets
-// lasts about n × sliceTime (50 ms for the 25 targets of a full run, 10 ms
-// for the five of one Redis server), so a load burst of ~100 ms spans at
-// least two whole turns and hits every target alike, rather than the one
-// or two that happened to be running. Yet 2 ms is 20–60 operations on
+// sliceTime is the length of one target's turn. Within a round, the
+// targets of one server (the rows whose ratios are taken: a dlock row, its
+// floor, its peers, its round trip) take all their turns together before
+// the next server's: a turn through them lasts about n × sliceTime (16 ms
+// for the eight of one Redis server), so a load burst, or the machine's
+// change of speed (on a 2-core VM a Redis round trip is 17 µs or 55 µs
+// from one stretch of milliseconds to the next, as its vCPUs poll or
+// halt), hits a row and the figures it is divided by alike, rather than
+// the one or two that happened to be running. Turns through every target
+// of the run (some 45 of them, a turn of 100 ms or more) put a row and
+// its floor that far apart: over three alternated whole-suite pairs the
+// median interval of ×floor was 9.6, 13.2, 12.9 % that way and 8.2, 7.9,
+// 6.6 % with a server's turns together. Yet 2 ms is 20–60 operations on
 // Redis, so the costs of switching (one untimed warm-up operation, two
 // server samples) stay outside and small beside the timed work. An
 // operation slower than a slice (a durable SQL commit) makes a slice of
@@ -73,16 +81,18 @@ const (
 
 // RunAlternating measures the uncontended workload w on every target at
 // once, in one process: one client per target, warmed up, then rounds ×
-// (every target in GroupedRotation order runs a short slice). It returns, per
-// target name, one *Result per round (nil for a round the target failed),
-// and per target a reason when the target could not be measured at all.
+// servers × turns × (each of the server's targets runs a short slice). It
+// returns, per target name, one *Result per round (nil for a round the
+// target failed), and per target a reason when the target could not be
+// measured at all.
 //
 // Each target gets about w.Duration of measured time in all, w.Duration /
 // rounds per round (AlternatingRounds is the suggested count), cut into
-// slices of about sliceTime; within round r every turn runs the targets in
-// GroupedRotation order, by server (the order changes from round to round, so that
-// which target runs after which is one more thing the rounds vary and the
-// interval over rounds absorbs). No other target's operation runs during
+// slices of about sliceTime; within round r the servers (Target.Server)
+// come in GroupedRotation order, and each runs all its turns through its
+// targets, in that order too, before the next (the order changes from
+// round to round, so that which target runs after which is one more thing
+// the rounds vary and the interval over rounds absorbs). No other target's operation runs during
 // a target's slice. Each
 // slice starts with one untimed acquire and release (it absorbs the wake-up
 // of a client, a connection and a server thread that sat idle while the
@@ -154,14 +164,18 @@ func RunAlternating(ctx context.Context, targets []Target, w Workload, rounds in
 				a.startRound(w)
 			}
 		}
-		for k := range turns {
-			// After turn k each target has had (k+1)/turns of its share
-			// of the round.
-			goal := time.Duration(int64(budget) * int64(k+1) / int64(turns))
-			for _, i := range GroupedRotation(group, r) {
-				if a := alts[i]; a != nil && !a.gaveUp {
-					if err := a.slice(ctx, w, goal); err != nil {
-						return nil, nil, err
+		// A server's targets take all the round's turns together (see
+		// sliceTime), the servers in GroupedRotation order.
+		for _, run := range groupRuns(GroupedRotation(group, r), group) {
+			for k := range turns {
+				// After turn k each target has had (k+1)/turns of its
+				// share of the round.
+				goal := time.Duration(int64(budget) * int64(k+1) / int64(turns))
+				for _, i := range run {
+					if a := alts[i]; a != nil && !a.gaveUp {
+						if err := a.slice(ctx, w, goal); err != nil {
+							return nil, nil, err
+						}
 					}
 				}
 			}
@@ -453,4 +467,16 @@ func (a *alternate) op(ctx context.Context, w Workload) error {
 		sleepCtx(ctx, w.Work)
 	}
 	return nil
+}
+
+// groupRuns cuts order into its runs of targets of one group.
+func groupRuns(order []int, group []string) [][]int {
+	var runs [][]int
+	for j, i := range order {
+		if j == 0 || group[i] != group[order[j-1]] {
+			runs = append(runs, nil)
+		}
+		runs[len(runs)-1] = append(runs[len(runs)-1], i)
+	}
+	return runs
 }
