@@ -40,9 +40,9 @@ const AlternatingRounds = 30
 // floor, its peers, its round trip) take all their turns together before
 // the next server's: a turn through them lasts about n × sliceTime (16 ms
 // for the eight of one Redis server), so a load burst, or the machine's
-// change of speed (on a 2-core VM a Redis round trip is 17 µs or 55 µs
-// from one stretch of milliseconds to the next, as its vCPUs poll or
-// halt), hits a row and the figures it is divided by alike, rather than
+// change of speed (on the project's 2-core VM a Redis round trip takes
+// 17 µs or 55 µs from one stretch of milliseconds to the next, every
+// client alike), hits a row and the figures it is divided by alike, rather than
 // the one or two that happened to be running. Turns through every target
 // of the run (some 45 of them, a turn of 100 ms or more) put a row and
 // its floor that far apart: over three alternated whole-suite pairs the
@@ -92,9 +92,8 @@ const (
 // come in GroupedRotation order, and each runs all its turns through its
 // targets, in that order too, before the next (the order changes from
 // round to round, so that which target runs after which is one more thing
-// the rounds vary and the interval over rounds absorbs). No other target's operation runs during
-// a target's slice. Each
-// slice starts with one untimed acquire and release (it absorbs the wake-up
+// the rounds vary and the interval over rounds absorbs). No other
+// target's operation runs during a target's slice. Each slice starts with one untimed acquire and release (it absorbs the wake-up
 // of a client, a connection and a server thread that sat idle while the
 // other targets ran, which a loop running alone never pays); then the
 // server's counters are read (sample(t), if sample and its result are not
