@@ -93,9 +93,10 @@ const (
 // targets, in that order too, before the next (the order changes from
 // round to round, so that which target runs after which is one more thing
 // the rounds vary and the interval over rounds absorbs). No other
-// target's operation runs during a target's slice. Each slice starts with one untimed acquire and release (it absorbs the wake-up
-// of a client, a connection and a server thread that sat idle while the
-// other targets ran, which a loop running alone never pays); then the
+// target's operation runs during a target's slice. Each slice starts
+// with one untimed acquire and release (it absorbs the wake-up of a
+// client, a connection and a server thread that sat idle while the other
+// targets ran, which a loop running alone never pays); then the
 // server's counters are read (sample(t), if sample and its result are not
 // nil), the timed operations run, and the counters are read again, so
 // commands and CPU per grant stay the target's own although targets of one
