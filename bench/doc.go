@@ -38,7 +38,8 @@
 //
 //   - RunAlternating measures the uncontended workload with one client of
 //     every target open in one process, taking turns in short slices
-//     (Rotation order) over many rounds;
+//     (GroupedRotation order, a server's targets together) over many
+//     rounds;
 //   - Runner.Run measures one target on one contended workload for one
 //     slice: it connects every client, warms every name, reads the
 //     server's counters (Server.Sample: Redis INFO commandstats, CPU time

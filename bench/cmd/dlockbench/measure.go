@@ -49,8 +49,9 @@ type measurer struct {
 // measure runs every workload on every target that takes part in it
 // (floors and round trips in the uncontended workload only). Each
 // workload runs cfg.rounds rounds; in each round, every target runs one
-// slice, in the order bench.Rotation gives, so that the targets of a
-// workload alternate and noise that slows a round slows all of them
+// slice, in the order bench.GroupedRotation gives (a server's targets
+// side by side), so that the targets of a workload alternate and noise
+// that slows a round slows all of them
 // (Finalize pairs their ratios per round). The uncontended workload
 // alternates its targets within one process (bench.RunAlternating). The
 // contended ones (but the open loop) run round by round together: round
