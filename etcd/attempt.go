@@ -51,6 +51,13 @@ type attempt struct {
 // all (a longer queue is waited on by the predecessor's watch alone).
 const maxBelow = 8
 
+// enqueue's range must reach past our own key to the predecessor, or every
+// attempt looks first: with maxBelow 0 (a range of one key, ours), eight
+// Lockers taking turns on one name, each holding it 1ms, made 1 330 grants
+// a second, several holders at once (and the conformance suite fails).
+// This fails to compile below 1.
+const _ = uint(maxBelow - 1)
+
 // enqueue takes a spare etcd lease of the TTL (or grants one) and
 // creates the key under it in one transaction that also reads what decides
 // the grant (etcd's concurrency.Mutex recipe reads the lowest create
