@@ -67,18 +67,19 @@ func (n *netConn) Read(b []byte) (int, error) {
 	if n.aborted.Load() {
 		return 0, errAborted
 	}
-	k, err := n.Conn.Read(b)
-	if err != nil && n.aborted.Load() {
-		err = errAborted
-	}
-	return k, err
+	return n.outcome(n.Conn.Read(b))
 }
 
 func (n *netConn) Write(b []byte) (int, error) {
 	if n.aborted.Load() {
 		return 0, errAborted
 	}
-	k, err := n.Conn.Write(b)
+	return n.outcome(n.Conn.Write(b))
+}
+
+// outcome is a read's or write's result, its error errAborted when an
+// abort failed it.
+func (n *netConn) outcome(k int, err error) (int, error) {
 	if err != nil && n.aborted.Load() {
 		err = errAborted
 	}
