@@ -88,7 +88,12 @@
 //     dlock, registered in waiters_until); a release by an earlier
 //     version grants nobody, and the queued waiters' renewals take the
 //     lock. migrate adds the columns queue and granted_to to a table of
-//     an earlier version.
+//     an earlier version. A NOTIFY costs more with every listening
+//     Locker: PostgreSQL (up to 18) signals at commit every backend that
+//     LISTENs in the database, whatever its channels, and each wakes to
+//     read the queue (BenchmarkNotifyListeners: a one-row UPDATE that
+//     NOTIFYs a channel nobody listens on took 21µs more than the plain
+//     UPDATE with no listener, 98µs more with 8, 313µs more with 32).
 //   - advisory: pg_advisory_lock on a pinned connection (the 64-bit key
 //     is the first 8 bytes of SHA-256 over the table's and the lock's
 //     names: two names collide with probability 2^-64 per pair, and then
