@@ -449,7 +449,7 @@ func (a *alternate) op(ctx context.Context, w Workload) error {
 	res.Grants[0]++
 	if w.Hold > 0 {
 		h0 := Now()
-		time.Sleep(w.Hold)
+		sleepHold(w.Hold)
 		record(res.Hold, Now()-h0)
 	}
 	a.chk.Exit(0)

@@ -204,7 +204,7 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 		var d int64
 		if t.Kind == KindRTT {
 			// The round trip is the acquire; its release does nothing.
-			time.Sleep(hold)
+			sleepHold(hold)
 			t0 := Now()
 			if _, err := c.Acquire(ctx, name); err != nil {
 				return 0, settle, err
@@ -215,7 +215,7 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 			if err != nil {
 				return 0, settle, err
 			}
-			time.Sleep(hold)
+			sleepHold(hold)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 			t0 := Now()
 			err = h.Release(rctx)

@@ -361,7 +361,7 @@ func (p Part) loop(ctx context.Context, c Client, fenced bool, chk *Checker, nam
 		st.grants++
 		if w.Hold > 0 {
 			h0 := Now()
-			time.Sleep(w.Hold)
+			sleepHold(w.Hold)
 			record(st.hold, Now()-h0)
 		}
 		chk.Exit(i)

@@ -222,7 +222,7 @@ func closedLoop(ctx context.Context, n int, d, hold time.Duration, client func(g
 					chk.Enter(i, h.Token(), fenced, s0, Now())
 				}
 				if hold > 0 {
-					time.Sleep(hold)
+					sleepHold(hold)
 				}
 				if chk != nil {
 					chk.Exit(i)

@@ -200,7 +200,7 @@ func (s *semSide) slice(ctx context.Context, r int, clients []Client, name strin
 				l.maxWait = max(l.maxWait, got-a0)
 				s.chk.enter(h.Token(), floor, fencing)
 				h0 := Now()
-				time.Sleep(w.Hold)
+				sleepHold(w.Hold)
 				record(l.hold, Now()-h0)
 				s.chk.exit(h.Token())
 				r0 := Now()
