@@ -4,6 +4,7 @@
 package stats
 
 import (
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -33,13 +34,23 @@ func Sample(n int, f func() error) ([]time.Duration, error) {
 	return ds, nil
 }
 
-// Interleave times n rounds of ops, each round calling every op once in
-// order, so that the ops see the same server and machine noise; it returns
-// each op's times. It stops at the first error.
+// Interleave times n rounds of ops, each round calling every op once, so
+// that the ops see the same server and machine noise; it returns each
+// op's times. Each round calls them in an order of its own, shuffled
+// (from a fixed seed: runs repeat), so that no op is always the first of
+// a round, or always the one right after another (say, after a write, or
+// after the slowest). It stops at the first error.
 func Interleave(n int, ops ...func() error) ([][]time.Duration, error) {
 	times := make([][]time.Duration, len(ops))
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := make([]int, len(ops))
+	for j := range order {
+		order[j] = j
+	}
 	for range n {
-		for j, op := range ops {
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, j := range order {
+			op := ops[j]
 			t0 := time.Now()
 			if err := op(); err != nil {
 				return times, err

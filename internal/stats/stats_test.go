@@ -73,3 +73,44 @@ func TestWarmAndMedians(t *testing.T) {
 		t.Errorf("Medians = %v, want [2 5]", got)
 	}
 }
+
+// TestInterleaveShuffles: each of 300 rounds calls every op once, and
+// every op is the first of some rounds and right after every other op in
+// some; the times come back by op, one per round. With a fixed order, op 0
+// would always be first and op 1 always after op 0.
+func TestInterleaveShuffles(t *testing.T) {
+	const n, rounds = 3, 300
+	var order []int
+	ops := make([]func() error, n)
+	for i := range ops {
+		ops[i] = func() error { order = append(order, i); return nil }
+	}
+	times, err := Interleave(rounds, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[int]int{}
+	after := map[[2]int]int{}
+	for r := range rounds {
+		round := order[r*n : (r+1)*n]
+		seen := map[int]bool{}
+		for k, j := range round {
+			seen[j] = true
+			if k > 0 {
+				after[[2]int{round[k-1], j}]++
+			}
+		}
+		if len(seen) != n {
+			t.Fatalf("round %d called %v", r, round)
+		}
+		first[round[0]]++
+	}
+	for i := range n {
+		if first[i] == 0 || len(times[i]) != rounds {
+			t.Fatalf("op %d first in %d rounds, timed %d times", i, first[i], len(times[i]))
+		}
+	}
+	if len(after) != n*(n-1) {
+		t.Fatalf("the pairs (before, after) are %v, want all %d", after, n*(n-1))
+	}
+}

@@ -9,7 +9,7 @@ import (
 
 // Interleaved is the timing loop of the drivers' uncontended benchmarks:
 // each op warm times untimed (connections open, compilers warm), then b.N
-// rounds that call every op once in order (stats.Interleave: the ops see
+// rounds that call every op once, in shuffled orders (stats.Interleave: the ops see
 // the same noise), and each op's median.
 func Interleaved(b *testing.B, warm int, ops ...func() error) []time.Duration {
 	b.Helper()
