@@ -35,6 +35,12 @@ type spares struct {
 	// from the spares kept then: put wakes it only for a spare due
 	// before (a spare put back after use is due when it was before).
 	next time.Time
+	// takenDue is the earliest due of the spares taken since the renewing
+	// goroutine last computed next (zero: none). They come back due when
+	// they were, so it counts them as kept: a lock taken and released over
+	// and over puts its spare back without waking the goroutine each
+	// time (it did: it had found the spare taken, and slept for an hour).
+	takenDue time.Time
 }
 
 // spare is an etcd lease without keys.
@@ -71,6 +77,9 @@ func (p *spares) take(ttl int64) (spare, bool) {
 	for i := len(list) - 1; i >= 0; i-- {
 		if sp := list[i]; sp.fresh(now) {
 			p.free[ttl] = append(list[:i], list[i+1:]...)
+			if at := sp.due(); p.takenDue.IsZero() || at.Before(p.takenDue) {
+				p.takenDue = at
+			}
 			return sp, true
 		}
 	}
@@ -146,7 +155,8 @@ func (p *spares) renew() {
 		// The next wake-up, from the spares kept now, under the lock
 		// that put takes: a spare put after this is compared with it.
 		p.mu.Lock()
-		next := time.Now().Add(time.Hour)
+		now = time.Now()
+		next := now.Add(time.Hour)
 		for _, list := range p.free {
 			for _, sp := range list {
 				if at := sp.due(); at.Before(next) {
@@ -154,6 +164,10 @@ func (p *spares) renew() {
 				}
 			}
 		}
+		if at := p.takenDue; at.After(now) && at.Before(next) {
+			next = at // a taken spare is due then, if it comes back
+		}
+		p.takenDue = time.Time{}
 		p.next = next
 		p.mu.Unlock()
 		t.Reset(time.Until(next))
