@@ -187,19 +187,22 @@ func Med(iv *stats.Interval) float64 {
 
 // Report is a whole run.
 type Report struct {
-	Started    time.Time         `json:"started"`
-	Duration   time.Duration     `json:"duration_ns"`
-	DurationS  string            `json:"duration"`
-	Command    string            `json:"command"`
-	GoVersion  string            `json:"go_version"`
-	GOMAXPROCS int               `json:"gomaxprocs"`
-	NumCPU     int               `json:"num_cpu"`
-	Host       string            `json:"host"`
-	Quick      bool              `json:"quick"`
-	Procs      int               `json:"procs"`
-	Servers    []*Server         `json:"servers"`
-	Skipped    []string          `json:"skipped,omitempty"`
-	Peers      map[string]string `json:"peers"`
+	Started    time.Time     `json:"started"`
+	Duration   time.Duration `json:"duration_ns"`
+	DurationS  string        `json:"duration"`
+	Command    string        `json:"command"`
+	GoVersion  string        `json:"go_version"`
+	GOMAXPROCS int           `json:"gomaxprocs"`
+	NumCPU     int           `json:"num_cpu"`
+	Host       string        `json:"host"`
+	Quick      bool          `json:"quick"`
+	Procs      int           `json:"procs"`
+	// WarmCPUs: the CPUs were kept out of their idle state during the
+	// run (dlockbench -warm-cpus, WarmCPUs).
+	WarmCPUs bool              `json:"warm_cpus,omitempty"`
+	Servers  []*Server         `json:"servers"`
+	Skipped  []string          `json:"skipped,omitempty"`
+	Peers    map[string]string `json:"peers"`
 	// Rounds is how many rounds each contended workload ran, its targets
 	// alternating within each (the uncontended workload, whose rounds
 	// are short turns in one process, runs at least AlternatingRounds;

@@ -18,6 +18,10 @@
 //	-workload LIST  comma-separated: uncontended,manykeys,handoff,fairness,openloop,semaphore,scale (default all)
 //	-backend LIST   only targets whose name or server starts with one of these (e.g. redis,postgres/advisory,memory)
 //	-procs N        run the clients as N separate processes (this program re-executed) instead of goroutines
+//	-warm-cpus      keep every CPU out of its idle state during the run with
+//	                idle-priority spinners (SCHED_IDLE, Linux): on a VM whose
+//	                idle vCPUs halt, a reply waits for one to wake, and the
+//	                uncontended figures mix fast and slow phases
 //	-url URL        a dlock URL to measure (repeatable); its server's floor, round trip and peers run too
 //	-out DIR        report directory (default "report")
 //	-scale F        multiply every measurement's duration by F
@@ -82,6 +86,7 @@ type config struct {
 	progress bool
 	// allowMissing runs without the backends whose server cannot start.
 	allowMissing bool
+	warmCPUs     bool
 	// settle waits for the servers not under test to be quiet before
 	// each timed slice (bench.Quiet); off, it only watches them.
 	settle bool
@@ -136,6 +141,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.noPeers, "no-peers", false, "leave out the peer libraries")
 	fs.StringVar(&c.faults, "faults", "", "the fault suite's faults.json (written by faults/cmd/dlockchaos -out DIR) for the safety table's violations under faults")
 	fs.BoolVar(&c.settle, "settle", false, "before each timed slice of the contended workloads, wait (at most 1s) until the servers not under test are quiet (without it, what they did during each slice is still recorded)")
+	fs.BoolVar(&c.warmCPUs, "warm-cpus", false, "keep every CPU out of its idle state during the run with idle-priority spinners (SCHED_IDLE, Linux): on a VM whose idle vCPUs halt, replies wait for one to wake and the uncontended figures mix fast and slow phases")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -219,6 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		NumCPU:     runtime.NumCPU(),
 		Quick:      cfg.quick,
 		Procs:      cfg.procs,
+		WarmCPUs:   cfg.warmCPUs,
 		Rounds:     cfg.rounds,
 		Peers:      bench.PeerNotes,
 	}
@@ -232,6 +239,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep.Servers = env.servers
 	rep.Skipped = env.skipped
 
+	if cfg.warmCPUs {
+		stop, _, err := bench.WarmCPUs(runtime.NumCPU())
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
 	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr, Quiet: bench.NewQuiet(env.servers, cfg.settle)}
 	load := bench.StartLoad(serverPIDs(env.servers)...)
@@ -284,6 +298,9 @@ func printHeader(w io.Writer, rep *bench.Report) {
 	fmt.Fprintf(w, "dlockbench  %s  %s GOMAXPROCS=%d", rep.Started.Format(time.RFC3339), rep.GoVersion, rep.GOMAXPROCS)
 	if rep.Procs > 1 {
 		fmt.Fprintf(w, "  clients in %d processes", rep.Procs)
+	}
+	if rep.WarmCPUs {
+		fmt.Fprint(w, "  CPUs kept awake (-warm-cpus)")
 	}
 	fmt.Fprintln(w)
 	for _, s := range rep.Servers {
