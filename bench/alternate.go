@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Alternating measurement of the uncontended workload.
@@ -449,7 +451,7 @@ func (a *alternate) op(ctx context.Context, w Workload) error {
 	res.Grants[0]++
 	if w.Hold > 0 {
 		h0 := Now()
-		sleepHold(w.Hold)
+		testenv.Hold(w.Hold)
 		record(res.Hold, Now()-h0)
 	}
 	a.chk.Exit(0)

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // PacedSamples is how many timed operations a paced reference measures
@@ -204,7 +206,7 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 		var d int64
 		if t.Kind == KindRTT {
 			// The round trip is the acquire; its release does nothing.
-			sleepHold(hold)
+			testenv.Hold(hold)
 			t0 := Now()
 			if _, err := c.Acquire(ctx, name); err != nil {
 				return 0, settle, err
@@ -215,7 +217,7 @@ func (p *Pacer) measure(ctx context.Context, t Target, hold time.Duration) (int6
 			if err != nil {
 				return 0, settle, err
 			}
-			sleepHold(hold)
+			testenv.Hold(hold)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 			t0 := Now()
 			err = h.Release(rctx)

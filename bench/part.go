@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Part is the share of a run's clients that one process drives.
@@ -361,7 +363,7 @@ func (p Part) loop(ctx context.Context, c Client, fenced bool, chk *Checker, nam
 		st.grants++
 		if w.Hold > 0 {
 			h0 := Now()
-			sleepHold(w.Hold)
+			testenv.Hold(w.Hold)
 			record(st.hold, Now()-h0)
 		}
 		chk.Exit(i)

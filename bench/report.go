@@ -51,7 +51,7 @@ type Row struct {
 	// nanoseconds, one value per round.
 	Use *stats.Interval `json:"use_ns"`
 	// HoldNs is the measured hold (p50 of what each hold really took: a
-	// 1ms sleep in the kernel, sleepHold, wakes some tens of µs late, more
+	// 1ms sleep in the kernel, testenv.Hold, wakes some tens of µs late, more
 	// when the machine's CPUs are busy).
 	HoldNs int64 `json:"hold_ns"`
 	// Ideal is the contended rate a perfect lock would reach on one hot
@@ -305,7 +305,7 @@ func NewRow(res *Result) *Row {
 // floor's release is one), plus one round trip to tell the next holder,
 // both measured after a pause of the hold as the rows' clients make one
 // (Paced: a release after a millisecond idle is a cold round trip), in
-// the same round as the row; and the measured hold (a 1ms sleepHold
+// the same round as the row; and the measured hold (a 1ms testenv.Hold
 // sleeps longer than 1 ms; the shortest of the configuration's rows in
 // that round), so the ideal is reachable, not a bound made out of reach
 // by construction.

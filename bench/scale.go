@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/stats"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // The "scale" workloads: whether what one Locker costs stays flat as its
@@ -222,7 +223,7 @@ func closedLoop(ctx context.Context, n int, d, hold time.Duration, client func(g
 					chk.Enter(i, h.Token(), fenced, s0, Now())
 				}
 				if hold > 0 {
-					sleepHold(hold)
+					testenv.Hold(hold)
 				}
 				if chk != nil {
 					chk.Exit(i)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/floor"
 	"github.com/dlock-go/dlock/internal/stats"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // The "semaphore" workload: a counting semaphore of SemPermits permits
@@ -200,7 +201,7 @@ func (s *semSide) slice(ctx context.Context, r int, clients []Client, name strin
 				l.maxWait = max(l.maxWait, got-a0)
 				s.chk.enter(h.Token(), floor, fencing)
 				h0 := Now()
-				sleepHold(w.Hold)
+				testenv.Hold(w.Hold)
 				record(l.hold, Now()-h0)
 				s.chk.exit(h.Token())
 				r0 := Now()

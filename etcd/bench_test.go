@@ -187,7 +187,7 @@ func handoff(ctx context.Context, tb testing.TB, lockers []*dlock.Locker, n int,
 					return
 				}
 				u := use{acquired: time.Now()}
-				time.Sleep(hold)
+				testenv.Hold(hold)
 				u.releasing = time.Now()
 				if err := ls.Release(ctx); err != nil {
 					tb.Error(err)
@@ -215,11 +215,11 @@ func handoff(ctx context.Context, tb testing.TB, lockers []*dlock.Locker, n int,
 // only at its next catch-up of such watches, every 100ms (a watch from a
 // past revision, as concurrency.Mutex starts, is always one). Each wait
 // creates its watch, so the handoff meets it whenever a creation races a
-// write. It also reports the holds' p50 (hold-p50-µs): a time.Sleep(1ms)
-// that wakes late, because the Go runtime rounds the poller's timeout up
-// to a whole millisecond each time a message wakes the process during
-// the sleep, shows what the clients' traffic costs the holder (dlockbench's
-// ideal takes the shortest hold of the round's rows). Run with e.g.
+// write. It also reports the holds' p50 (hold-p50-µs): a hold sleeps in
+// the kernel (testenv.Hold), as dlockbench's do, since a time.Sleep(1ms)
+// ended a millisecond after any message that woke the process during it;
+// a hold that still wakes late shows CPU the clients or the server took.
+// Run with e.g.
 //
 //	go test -run '^$' -bench HandoffStalls -benchtime 5000x ./
 func BenchmarkHandoffStalls(b *testing.B) {

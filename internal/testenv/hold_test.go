@@ -1,4 +1,4 @@
-package bench
+package testenv
 
 import (
 	"net"
@@ -10,10 +10,10 @@ import (
 // TestHoldIgnoresTheProcessTraffic: a hold of 1ms during which another
 // goroutine of the process receives a datagram (at 600µs) lasts what a
 // hold without one does, where a time.Sleep(1ms) lasts until a
-// millisecond after the datagram (see sleepHold). Holds with and without
+// millisecond after the datagram (see Hold). Holds with and without
 // a datagram alternate, so that a loaded machine delays both alike; the
 // datagram may add at most 250µs to the p50 of 41 (three tries). With
-// time.Sleep in sleepHold's place it adds about 600µs, and the test fails.
+// time.Sleep in Hold's place it adds about 600µs, and the test fails.
 func TestHoldIgnoresTheProcessTraffic(t *testing.T) {
 	rx, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -61,9 +61,9 @@ func TestHoldIgnoresTheProcessTraffic(t *testing.T) {
 	}
 	var quiet, woken time.Duration
 	for try := range 3 {
-		quiet, woken = measure(sleepHold)
+		quiet, woken = measure(Hold)
 		sq, sw := measure(time.Sleep)
-		t.Logf("try %d: sleepHold(1ms) p50 %v, with a datagram %v; time.Sleep(1ms) p50 %v, with a datagram %v", try+1, quiet, woken, sq, sw)
+		t.Logf("try %d: Hold(1ms) p50 %v, with a datagram %v; time.Sleep(1ms) p50 %v, with a datagram %v", try+1, quiet, woken, sq, sw)
 		if woken-quiet < limit {
 			return
 		}

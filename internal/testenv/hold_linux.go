@@ -1,12 +1,13 @@
-package bench
+package testenv
 
 import (
 	"syscall"
 	"time"
 )
 
-// sleepHold sleeps d, a client's hold of a lock (or a paced reference's pause
-// of one), in the kernel on the calling goroutine's thread (nanosleep),
+// Hold sleeps d, a benchmark client's hold of a lock (dlockbench's
+// workloads and paced references, the drivers' in-package handoff
+// benchmarks), in the kernel on the calling goroutine's thread (nanosleep),
 // not on the Go runtime's timers. A time.Sleep of d ends when the
 // runtime's poller next wakes, and on Linux the poller waits in whole
 // milliseconds: each time a network event wakes the process during the
@@ -19,7 +20,7 @@ import (
 // processes, each holder's process is quiet). TestHoldIgnoresTheProcessTraffic
 // shows both. A thread blocked in nanosleep costs no CPU, and only the
 // CPU that other work takes from it delays its wake-up.
-func sleepHold(d time.Duration) {
+func Hold(d time.Duration) {
 	if d <= 0 {
 		return
 	}
