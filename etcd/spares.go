@@ -155,19 +155,7 @@ func (p *spares) renew() {
 		// The next wake-up, from the spares kept now, under the lock
 		// that put takes: a spare put after this is compared with it.
 		p.mu.Lock()
-		now = time.Now()
-		next := now.Add(time.Hour)
-		for _, list := range p.free {
-			for _, sp := range list {
-				if at := sp.due(); at.Before(next) {
-					next = at
-				}
-			}
-		}
-		if at := p.takenDue; at.After(now) && at.Before(next) {
-			next = at // a taken spare is due then, if it comes back
-		}
-		p.takenDue = time.Time{}
+		next := p.nextWakeLocked(time.Now())
 		p.next = next
 		p.mu.Unlock()
 		t.Reset(time.Until(next))
@@ -178,6 +166,27 @@ func (p *spares) renew() {
 		case <-p.wake:
 		}
 	}
+}
+
+// nextWakeLocked is when the renewing goroutine is to wake next, from
+// now: the earliest due of the spares kept and of those taken since it
+// last looked (they come back due when they were; one due already is
+// renewed when it comes back, whose put wakes the goroutine), or in an
+// hour. It forgets the taken ones. p.mu is held.
+func (p *spares) nextWakeLocked(now time.Time) time.Time {
+	next := now.Add(time.Hour)
+	for _, list := range p.free {
+		for _, sp := range list {
+			if at := sp.due(); at.Before(next) {
+				next = at
+			}
+		}
+	}
+	if at := p.takenDue; at.After(now) && at.Before(next) {
+		next = at
+	}
+	p.takenDue = time.Time{}
+	return next
 }
 
 // renewSpare renews sp (its renewal time is the request's start); false

@@ -213,3 +213,38 @@ func TestSpareSecond(t *testing.T) {
 		t.Logf("a waiter: no look within 50ms of the grant in 5 tries (a loaded machine)")
 	}
 }
+
+// TestSparesNextWake: the renewing goroutine's next wake-up counts the
+// spares taken since it last looked, so that a spare put back after use
+// (due when it was before) does not wake it: with the only spare taken,
+// the next wake-up is that spare's due, not an hour away (a lock taken
+// and released over and over woke the goroutine on every release). A
+// taken spare whose due has passed, and a kept one due earlier, still
+// decide; the taken ones are forgotten once looked at.
+func TestSparesNextWake(t *testing.T) {
+	now := time.Now()
+	p := &spares{free: map[int64][]spare{}}
+	sp := spare{id: 1, ttl: 9, renewed: now.Add(-time.Second)} // due in 2s
+	p.free[9] = []spare{sp}
+	if got, ok := p.take(9); !ok || got.id != 1 {
+		t.Fatalf("take: %v %v", got, ok)
+	}
+	if got, want := p.nextWakeLocked(now), sp.due(); !got.Equal(want) {
+		t.Fatalf("with the only spare taken, next wake-up %v from now, want its due, %v", got.Sub(now), want.Sub(now))
+	}
+	if got := p.nextWakeLocked(now); !got.Equal(now.Add(time.Hour)) {
+		t.Fatalf("the taken spare was not forgotten once looked at: next wake-up %v from now", got.Sub(now))
+	}
+	// A put of the spare now finds next at its due: no wake-up.
+	p.next = sp.due()
+	if sp.due().Before(p.next) {
+		t.Fatal("the put would wake the renewer")
+	}
+	// A kept spare due earlier decides; a taken one already due does not.
+	early := spare{id: 2, ttl: 3, renewed: now.Add(-500 * time.Millisecond)} // due in 0.5s
+	p.free[3] = []spare{early}
+	p.takenDue = now.Add(-time.Second)
+	if got := p.nextWakeLocked(now); !got.Equal(early.due()) {
+		t.Fatalf("next wake-up %v from now, want the kept spare's due, %v", got.Sub(now), early.due().Sub(now))
+	}
+}
