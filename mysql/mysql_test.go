@@ -155,6 +155,18 @@ func TestRecreatedCounter(t *testing.T) {
 	})
 }
 
+// TestVersionMiss: a version TryAcquire that takes nothing fails (MySQL's
+// does not read the holder's remaining time), and a row deleted by hand
+// is made again.
+func TestVersionMiss(t *testing.T) {
+	srv := testenv.MySQL(t)
+	db := openDB(t, srv.DSN)
+	sqltest.VersionMiss(t, srv.URL, false, func(ctx context.Context, table, name string) error {
+		_, err := db.ExecContext(ctx, "DELETE FROM "+table+" WHERE name = ?", name)
+		return err
+	})
+}
+
 func TestSemaphores(t *testing.T) {
 	sqltest.Semaphores(t, testenv.MySQL(t).URL, "getlock")
 }

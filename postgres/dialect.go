@@ -435,23 +435,22 @@ func (dialect) Unlock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 
 // VersionAcquire takes the lease when it is free or expired (TryAcquire:
 // it never queues). A name this Locker has found (not r.Create) is taken
-// by a plain UPDATE, the floor's statement: it costs the server less than
-// the INSERT … ON CONFLICT that creates a missing row, and, failing,
-// locks and writes nothing (ON CONFLICT DO UPDATE locks the row it finds
-// even when its WHERE then fails). Its row source is the row as the
-// statement found it: no row when the row is missing, which the core
-// answers with the INSERT (Create).
+// by a plain UPDATE, the floor's statement (VersionPeeker): it costs the
+// server less than the INSERT … ON CONFLICT that creates a missing row,
+// and, failing, locks and writes nothing (ON CONFLICT DO UPDATE locks the
+// row it finds even when its WHERE then fails); it answers the token
+// alone, and no row when it took nothing (VersionPeek then reads the
+// row). With r.Create the row is made when missing, and the answer is
+// the token or NULL and the holder's remaining time.
 func (dialect) VersionAcquire(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
-	const rem = "(extract(epoch FROM expires_at - now()) * 1e6)::bigint"
 	if !r.Create {
 		return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version take"}, func() string {
-			return "WITH up AS (UPDATE " + t.Q + " SET fence = " + nextval(t) + ", owner = $2, acquired_at = now(), expires_at = now() + $3::bigint * interval '1 microsecond', session = $4" +
-				" WHERE name = $1 AND (expires_at IS NULL OR expires_at <= now()) RETURNING fence)" +
-				" SELECT (SELECT fence FROM up), p.rem FROM (SELECT " + rem + " AS rem FROM " + t.Q + " WHERE name = $1) p"
+			return "UPDATE " + t.Q + " SET fence = " + nextval(t) + ", owner = $2, acquired_at = now(), expires_at = now() + $3::bigint * interval '1 microsecond', session = $4" +
+				" WHERE name = $1 AND (expires_at IS NULL OR expires_at <= now()) RETURNING fence"
 		}), r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
 	}
 	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version acquire"}, func() string {
-		return `WITH prev AS (SELECT ` + rem + ` AS rem FROM ` + t.Q + ` WHERE name = $1),
+		return `WITH prev AS (SELECT ` + remaining + ` AS rem FROM ` + t.Q + ` WHERE name = $1),
 up AS (INSERT INTO ` + t.Q + ` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, ` + nextval(t) + `, $2, now(), now() + $3::bigint * interval '1 microsecond', $4)
 	ON CONFLICT (name) DO UPDATE SET fence = ` + nextval(t) + `, owner = excluded.owner, acquired_at = excluded.acquired_at,
 		expires_at = excluded.expires_at, session = excluded.session
@@ -459,6 +458,19 @@ up AS (INSERT INTO ` + t.Q + ` AS t (name, fence, owner, acquired_at, expires_at
 	RETURNING t.fence)
 SELECT (SELECT fence FROM up), (SELECT rem FROM prev)`
 	}), r.Name, r.Owner, sqllock.Micros(r.TTL), r.Nonce)}
+}
+
+// remaining is the microseconds a row's lease still lasts.
+const remaining = "(extract(epoch FROM expires_at - now()) * 1e6)::bigint"
+
+var _ sqllock.VersionPeeker = dialect{}
+
+// VersionPeek reads how long the name's lease still lasts, after a take
+// that took nothing: no row when the name has none.
+func (dialect) VersionPeek(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
+	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version peek"}, func() string {
+		return "SELECT " + remaining + " FROM " + t.Q + " WHERE name = $1"
+	}), r.Name)}
 }
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
@@ -606,7 +618,7 @@ func versionWait(t sqllock.Table) string {
 		" WHERE i > " + cut + " AND (" + live + " OR " + mine + ")) END, '[]'::jsonb) ||\n" +
 		"\t\t\tCASE WHEN t.queue IS NOT NULL AND EXISTS (SELECT FROM " + entries("t.queue") + " WHERE i > " + cut + " AND " + mine + ") THEN '[]'::jsonb" +
 		" ELSE jsonb_build_array(jsonb_build_object('w', " + me + ", 'o', $2::text, 't', $3::bigint, 'c', $5::text, 'e', " + exp + ")) END"
-	return `WITH prev AS (SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint AS rem FROM ` + t.Q + ` WHERE name = $1),
+	return `WITH prev AS (SELECT ` + remaining + ` AS rem FROM ` + t.Q + ` WHERE name = $1),
 up AS (INSERT INTO ` + t.Q + ` AS t (name, fence, owner, acquired_at, expires_at, session) VALUES ($1, ` + nextval(t) + `, $2, now(), now() + $3::bigint * interval '1 microsecond', ` + me + `)
 	ON CONFLICT (name) DO UPDATE SET (fence, owner, session, acquired_at, expires_at, queue, granted_to) = (SELECT
 		CASE WHEN ` + free + ` THEN ` + nextval(t) + ` ELSE t.fence END,

@@ -57,8 +57,10 @@
 //   - version: an optimistic lease row: a conditional UPDATE … WHERE
 //     expires_at <= now() takes it (INSERT … ON CONFLICT DO UPDATE for a
 //     name the Locker has not found yet, which creates a missing row),
-//     with the expiry computed by the server's clock; refresh and release are conditional
-//     on the grant's token. No connection is pinned. Waiters queue in the
+//     with the expiry computed by the server's clock; a TryAcquire that
+//     finds it held reads the holder's remaining time with a second
+//     statement (RetryAfter), a blocking Acquire queues instead. Refresh
+//     and release are conditional on the grant's token. No connection is pinned. Waiters queue in the
 //     name's row (column queue: nonce, owner, TTL, the Locker's grant
 //     channel and the entry's expiry on the server's clock, in arrival
 //     order), and the release hands the lease over in its own statement:

@@ -153,6 +153,21 @@ func TestRecreatedCounter(t *testing.T) {
 	})
 }
 
+// TestVersionMiss: a version TryAcquire that takes nothing says how long
+// the holder still holds, and a row deleted by hand is made again.
+func TestVersionMiss(t *testing.T) {
+	srv := testenv.Postgres(t)
+	p, err := pgxpool.New(t.Context(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sqltest.VersionMiss(t, srv.URL, true, func(ctx context.Context, table, name string) error {
+		_, err := p.Exec(ctx, "DELETE FROM "+table+" WHERE name = $1", name)
+		return err
+	})
+}
+
 func TestSemaphores(t *testing.T) {
 	sqltest.Semaphores(t, testenv.Postgres(t).URL, "advisory")
 }

@@ -399,7 +399,7 @@ func (l *Locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 		return l.acquireSem(ctx, req)
 	}
 	if l.strategy == Version {
-		return l.acquireVersion(ctx, req)
+		return l.acquireVersion(ctx, req, true)
 	}
 	return l.acquirePinned(ctx, req, false)
 }

@@ -72,7 +72,7 @@ func (l *Locker) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// meanwhile. VersionWait takes a free lease as the try does.
 	skipped := l.contended.Has(req.Name)
 	if !skipped {
-		if ls, err := l.acquireVersion(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+		if ls, err := l.acquireVersion(ctx, req, false); !errors.Is(err, driver.ErrNotAcquired) {
 			return ls, err
 		}
 	}

@@ -12,8 +12,11 @@ import (
 
 // acquireVersion makes one attempt at the Version strategy: a conditional
 // write of the lease row whose expiry the server computes with its own
-// clock. No connection stays pinned.
-func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver.Lease, error) {
+// clock. No connection stays pinned. hint: a failed attempt's error says
+// how long the holder's lease still lasts (RetryAfter) when the dialect
+// can tell; without it (a blocking Acquire's first try, which queues
+// next) a VersionPeeker's miss costs no second statement.
+func (l *Locker) acquireVersion(ctx context.Context, req driver.Request, hint bool) (driver.Lease, error) {
 	if err := l.ensure(ctx); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
@@ -22,7 +25,28 @@ func (l *Locker) acquireVersion(ctx context.Context, req driver.Request) (driver
 	known := !creates || l.rows.Has(r.Name)
 	r.Create = !known
 	var token, remaining *int64
-	found, err := l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
+	var (
+		found bool
+		err   error
+	)
+	if p, peeks := l.d.(VersionPeeker); peeks && known {
+		// The floor's UPDATE: a row only when it took the lease.
+		found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token)
+		if err == nil && !found {
+			if !hint {
+				return nil, l.notAcquired()
+			}
+			// Held, or the row is gone (dropped by hand): the row says.
+			found, err = l.pool.Run(ctx, p.VersionPeek(l.t, r), &remaining)
+			token = nil
+			if err == nil && !found {
+				r.Create = true
+				found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
+			}
+		}
+	} else {
+		found, err = l.pool.Run(ctx, l.d.VersionAcquire(l.t, r), &token, &remaining)
+	}
 	if err == nil && !found {
 		// No row yet (a dialect may report that): create it, try again.
 		if creates {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/sqllock"
 )
 
@@ -294,6 +295,83 @@ func versionExpiry(t *testing.T, d sqllock.Dialect, ttl time.Duration) {
 		us := sqllock.Micros(ttl)
 		if time.Duration(us)*time.Microsecond < ttl || time.Now().Add(time.Duration(us)*time.Microsecond).Year() > 2200 {
 			t.Fatalf("version expiry for %v: %dµs", ttl, us)
+		}
+	}
+}
+
+// VersionMiss checks what a version TryAcquire tells when it takes
+// nothing, on the statements a Locker uses once it knows a name's row
+// (PostgreSQL's take answers nothing on a miss, and a second statement
+// reads the row: sqllock.VersionPeeker): a held lock is ErrNotAcquired,
+// with the holder's remaining time when the dialect reads it (retryAfter:
+// driver.NotAcquiredError.RetryAfter, within the holder's TTL); a lock whose row was deleted by hand behind a
+// Locker that knew it is taken again, with a token above every earlier
+// one; and after a free lock was released, the next TryAcquire takes it.
+// del deletes a name's row of a table.
+func VersionMiss(t *testing.T, rawURL string, retryAfter bool, del func(ctx context.Context, table, name string) error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	table := fmt.Sprintf("vmiss_%d", time.Now().UnixNano()%1e9)
+	u := WithParams(rawURL, "strategy", "version", "table", table)
+	a, b := Open(t, ctx, u), Open(t, ctx, u)
+	const name = "vmiss"
+	// b learns the row.
+	ls, err := b.TryAcquire(ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ls.Token()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 20 * time.Second
+	held, err := a.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Token() <= last {
+		t.Errorf("token %d after %d", held.Token(), last)
+	}
+	last = held.Token()
+	_, err = b.TryAcquire(ctx, name, nil)
+	var na *driver.NotAcquiredError
+	switch {
+	case !errors.Is(err, dlock.ErrNotAcquired):
+		t.Fatalf("TryAcquire of a held lock: %v, want ErrNotAcquired", err)
+	case !retryAfter:
+	case !errors.As(err, &na):
+		t.Errorf("TryAcquire of a held lock: %v: no driver.NotAcquiredError", err)
+	case na.RetryAfter <= ttl/2 || na.RetryAfter > ttl:
+		t.Errorf("TryAcquire of a lock held for %v: RetryAfter %v, want the holder's remaining time", ttl, na.RetryAfter)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ls, err = b.TryAcquire(ctx, name, nil)
+	if err != nil {
+		t.Fatalf("TryAcquire of a released lock: %v", err)
+	}
+	if ls.Token() <= last {
+		t.Errorf("token %d after %d", ls.Token(), last)
+	}
+	last = ls.Token()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := del(ctx, table, name); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range []*dlock.Locker{b, a} {
+		ls, err := l.TryAcquire(ctx, name, nil)
+		if err != nil {
+			t.Fatalf("TryAcquire %d after the row was deleted: %v", i, err)
+		}
+		if ls.Token() <= last {
+			t.Errorf("token %d after %d", ls.Token(), last)
+		}
+		last = ls.Token()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
