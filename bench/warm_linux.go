@@ -22,8 +22,13 @@ const schedIdle = 5
 // spinners take no CPU that any other thread asks for. They are this
 // process's children (the run's load figures count them as its own, not
 // as other work), die with it (Pdeathsig), and stop ends them. pids are
-// theirs.
+// theirs. Spinner i runs on the i-th CPU this process may use, so that
+// each CPU has its own (the scheduler, left alone, may put two on one).
 func WarmCPUs(n int) (stop func(), pids []int, err error) {
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, nil, err
+	}
 	var cmds []*exec.Cmd
 	stop = func() {
 		for _, c := range cmds {
@@ -45,6 +50,10 @@ func WarmCPUs(n int) (stop func(), pids []int, err error) {
 		if _, _, e := syscall.Syscall(syscall.SYS_SCHED_SETSCHEDULER, uintptr(c.Process.Pid), schedIdle, uintptr(unsafe.Pointer(&param))); e != 0 {
 			stop()
 			return nil, nil, fmt.Errorf("bench: warm CPUs: SCHED_IDLE: %w", e)
+		}
+		if err := pinThreads(c.Process.Pid, []int{cpus[(len(pids)-1)%len(cpus)]}); err != nil {
+			stop()
+			return nil, nil, err
 		}
 	}
 	return stop, pids, nil

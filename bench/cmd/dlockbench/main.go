@@ -22,6 +22,11 @@
 //	                idle-priority spinners (SCHED_IDLE, Linux): on a VM whose
 //	                idle vCPUs halt, a reply waits for one to wake, and the
 //	                uncontended figures mix fast and slow phases
+//	-pin-cpus       run the clients on the first half of the CPUs and the
+//	                servers dlockbench started on the other half (Linux):
+//	                otherwise the kernel places each server process beside
+//	                its client or not as it goes, and two connections doing
+//	                the same work differ by up to 30 % on a small machine
 //	-url URL        a dlock URL to measure (repeatable); its server's floor, round trip and peers run too
 //	-out DIR        report directory (default "report")
 //	-scale F        multiply every measurement's duration by F
@@ -87,6 +92,7 @@ type config struct {
 	// allowMissing runs without the backends whose server cannot start.
 	allowMissing bool
 	warmCPUs     bool
+	pinCPUs      bool
 	// settle waits for the servers not under test to be quiet before
 	// each timed slice (bench.Quiet); off, it only watches them.
 	settle bool
@@ -142,6 +148,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.faults, "faults", "", "the fault suite's faults.json (written by faults/cmd/dlockchaos -out DIR) for the safety table's violations under faults")
 	fs.BoolVar(&c.settle, "settle", false, "before each timed slice of the contended workloads, wait (at most 1s) until the servers not under test are quiet (without it, what they did during each slice is still recorded)")
 	fs.BoolVar(&c.warmCPUs, "warm-cpus", false, "keep every CPU out of its idle state during the run with idle-priority spinners (SCHED_IDLE, Linux): on a VM whose idle vCPUs halt, replies wait for one to wake and the uncontended figures mix fast and slow phases")
+	fs.BoolVar(&c.pinCPUs, "pin-cpus", false, "run the clients on the first half of the CPUs and the servers dlockbench started on the other half (Linux): otherwise the kernel places each server process beside its client or not as it goes, and two connections doing the same work differ by up to 30 % on a small machine")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -240,11 +247,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep.Skipped = env.skipped
 
 	if cfg.warmCPUs {
+		// Before pinning: each spinner goes to a CPU of the whole set.
 		stop, _, err := bench.WarmCPUs(runtime.NumCPU())
 		if err != nil {
 			return err
 		}
 		defer stop()
+	}
+	if cfg.pinCPUs {
+		client, server, err := bench.PinCPUs(serverPIDs(env.servers))
+		if err != nil {
+			return err
+		}
+		rep.ClientCPUs, rep.ServerCPUs = bench.FormatCPUs(client), bench.FormatCPUs(server)
 	}
 	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
 	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr, Quiet: bench.NewQuiet(env.servers, cfg.settle)}
@@ -301,6 +316,9 @@ func printHeader(w io.Writer, rep *bench.Report) {
 	}
 	if rep.WarmCPUs {
 		fmt.Fprint(w, "  CPUs kept awake (-warm-cpus)")
+	}
+	if rep.ClientCPUs != "" {
+		fmt.Fprintf(w, "  clients on CPU %s, servers on CPU %s (-pin-cpus)", rep.ClientCPUs, rep.ServerCPUs)
 	}
 	fmt.Fprintln(w)
 	for _, s := range rep.Servers {
