@@ -111,7 +111,7 @@ Mutual-exclusion violations in the whole run: <b{{if .Violations}} class="warn"{
 <h2>The machine and the run</h2>
 <p>{{.LoadText}}</p>
 <p>Took {{.Rep.DurationS}}; {{.Rep.GoVersion}}, GOMAXPROCS={{.Rep.GOMAXPROCS}} on {{.Rep.NumCPU}} CPUs;
-clients as {{if gt .Rep.Procs 1}}{{.Rep.Procs}} processes{{else}}goroutines of one process{{end}}{{if .Rep.WarmCPUs}}; the CPUs kept out of their idle state by idle-priority spinners (-warm-cpus){{end}}{{if .Rep.ClientCPUs}}; the clients on CPU {{.Rep.ClientCPUs}} and the servers on CPU {{.Rep.ServerCPUs}} (-pin-cpus){{end}}.
+clients as {{if gt .Rep.Procs 1}}{{.Rep.Procs}} processes{{else}}goroutines of one process{{end}}{{if .Rep.WarmCPUs}}; the CPUs kept out of their idle state by idle-priority spinners (-warm-cpus){{end}}{{if .Rep.ClientCPUs}}; {{if eq .Rep.PinnedWorkloads "all"}}throughout the run{{else}}during the uncontended workloads{{end}}, the clients on CPU {{.Rep.ClientCPUs}} and the servers on CPU {{.Rep.ServerCPUs}} (-pin-cpus {{.Rep.PinnedWorkloads}}){{end}}.
 {{if gt .Rep.Rounds 0}}Each workload ran {{.Rep.Rounds}} rounds, its targets alternating within each; a figure is the median of the rounds with its {{.Cover}} % interval, marked in red where it is wider than ±{{.Wide}} %.{{end}}
 Every figure was measured in this run, baselines and peers included.</p>
 {{if .Rep.Command}}<p><code>{{.Rep.Command}}</code></p>{{end}}

@@ -13,7 +13,7 @@ import (
 // child it starts later) on the first half of the machine's CPUs and the
 // processes servers (the servers dlockbench started: their threads, their
 // children, and the children they fork later, which inherit it) on the
-// other half, and returns the two sets.
+// other half, until Unpin.
 //
 // Why: on a small machine the kernel places each server process (a
 // PostgreSQL backend per connection, a server thread per client) beside
@@ -25,31 +25,51 @@ import (
 // every client's request and reply cross between the same CPUs, as they
 // cross between machines in production, and the same statements on two
 // connections agree within 1 %.
-func PinCPUs(servers []int) (client, server []int, err error) {
-	n, err := onlineCPUs()
+func PinCPUs(servers []int) (*Pinning, error) {
+	all, err := onlineCPUs()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if len(n) < 2 {
-		return nil, nil, fmt.Errorf("bench: pin CPUs: %d CPU usable, need 2", len(n))
+	if len(all) < 2 {
+		return nil, fmt.Errorf("bench: pin CPUs: %d CPU usable, need 2", len(all))
 	}
 	if len(servers) == 0 {
-		return nil, nil, errors.New("bench: pin CPUs: no server process to pin (servers named with -url run where they run)")
+		return nil, errors.New("bench: pin CPUs: no server process of dlockbench's own to pin (servers named with -url run where they run)")
 	}
-	client, server = n[:len(n)/2], n[len(n)/2:]
-	procs, err := listTree(servers)
+	p := &Pinning{Client: all[:len(all)/2], Server: all[len(all)/2:], all: all, servers: servers}
+	if err := p.set(p.Server, p.Client); err != nil {
+		_ = p.Unpin()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Pinning is PinCPUs in force.
+type Pinning struct {
+	// Client and Server are the CPUs of the clients and of the servers.
+	Client, Server []int
+	all            []int
+	servers        []int
+}
+
+// Unpin lets this process's threads and the servers' processes (those
+// forked while pinned too) run on every CPU this process could use
+// before PinCPUs.
+func (p *Pinning) Unpin() error { return p.set(p.all, p.all) }
+
+// set puts the servers' trees on server and this process's threads on
+// client.
+func (p *Pinning) set(server, client []int) error {
+	procs, err := listTree(p.servers)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench: pin CPUs: %w", err)
+		return fmt.Errorf("bench: pin CPUs: %w", err)
 	}
 	for pid := range procs {
 		if err := pinThreads(pid, server); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	if err := pinThreads(os.Getpid(), client); err != nil {
-		return nil, nil, err
-	}
-	return client, server, nil
+	return pinThreads(os.Getpid(), client)
 }
 
 // onlineCPUs lists the CPUs this process may run on.

@@ -51,10 +51,11 @@ func TestPinCPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, server, err := PinCPUs([]int{srv.Process.Pid})
+	pinning, err := PinCPUs([]int{srv.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
+	client, server := pinning.Client, pinning.Server
 	if len(client) == 0 || len(server) == 0 || slices.ContainsFunc(client, func(c int) bool { return slices.Contains(server, c) }) {
 		t.Fatalf("client CPUs %v, server CPUs %v: want two disjoint sets", client, server)
 	}
@@ -79,13 +80,26 @@ func TestPinCPUs(t *testing.T) {
 	if got := allowed(t, os.Getpid()); got != FormatCPUs(client) {
 		t.Errorf("this process runs on CPUs %s, want %s", got, FormatCPUs(client))
 	}
+	// Unpin: everything, the children forked while pinned included, on
+	// every CPU again.
+	if err := pinning.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	for pid := range procs {
+		if got := allowed(t, pid); got != FormatCPUs(all) {
+			t.Errorf("after Unpin, server process %d runs on CPUs %s, want %s", pid, got, FormatCPUs(all))
+		}
+	}
+	if got := allowed(t, os.Getpid()); got != FormatCPUs(all) {
+		t.Errorf("after Unpin, this process runs on CPUs %s, want %s", got, FormatCPUs(all))
+	}
 }
 
 // TestPinCPUsNeedsAServer: with no server of its own to pin (-url runs)
 // PinCPUs refuses and changes nothing.
 func TestPinCPUsNeedsAServer(t *testing.T) {
 	before := allowed(t, os.Getpid())
-	if _, _, err := PinCPUs(nil); err == nil {
+	if _, err := PinCPUs(nil); err == nil {
 		t.Fatal("PinCPUs(nil): no error")
 	}
 	if after := allowed(t, os.Getpid()); after != before {
@@ -97,7 +111,7 @@ func TestFormatCPUs(t *testing.T) {
 	for _, c := range []struct {
 		in   []int
 		want string
-	}{{nil, ""}, {[]int{0}, "0"}, {[]int{0, 1}, "0,1"}, {[]int{0, 1, 2}, "0-2"}, {[]int{0, 2, 3, 4, 7}, "0,2-4,7"}} {
+	}{{nil, ""}, {[]int{0}, "0"}, {[]int{0, 1}, "0-1"}, {[]int{0, 1, 2}, "0-2"}, {[]int{0, 2, 3, 4, 7}, "0,2-4,7"}, {[]int{1, 3}, "1,3"}} {
 		if got := FormatCPUs(c.in); got != c.want {
 			t.Errorf("FormatCPUs(%v) = %q, want %q", c.in, got, c.want)
 		}

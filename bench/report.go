@@ -201,13 +201,15 @@ type Report struct {
 	// run (dlockbench -warm-cpus, WarmCPUs).
 	WarmCPUs bool `json:"warm_cpus,omitempty"`
 	// ClientCPUs and ServerCPUs are the CPUs the clients and the servers
-	// dlockbench started ran on (dlockbench -pin-cpus, PinCPUs); empty
-	// when the kernel placed them.
-	ClientCPUs string            `json:"client_cpus,omitempty"`
-	ServerCPUs string            `json:"server_cpus,omitempty"`
-	Servers    []*Server         `json:"servers"`
-	Skipped    []string          `json:"skipped,omitempty"`
-	Peers      map[string]string `json:"peers"`
+	// dlockbench started ran on during PinnedWorkloads ("uncontended":
+	// those workloads; "all": the whole run) (dlockbench -pin-cpus,
+	// PinCPUs); empty when the kernel placed them.
+	ClientCPUs      string            `json:"client_cpus,omitempty"`
+	ServerCPUs      string            `json:"server_cpus,omitempty"`
+	PinnedWorkloads string            `json:"pinned_workloads,omitempty"`
+	Servers         []*Server         `json:"servers"`
+	Skipped         []string          `json:"skipped,omitempty"`
+	Peers           map[string]string `json:"peers"`
 	// Rounds is how many rounds each contended workload ran, its targets
 	// alternating within each (the uncontended workload, whose rounds
 	// are short turns in one process, runs at least AlternatingRounds;

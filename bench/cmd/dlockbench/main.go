@@ -22,11 +22,13 @@
 //	                idle-priority spinners (SCHED_IDLE, Linux): on a VM whose
 //	                idle vCPUs halt, a reply waits for one to wake, and the
 //	                uncontended figures mix fast and slow phases
-//	-pin-cpus       run the clients on the first half of the CPUs and the
-//	                servers dlockbench started on the other half (Linux):
-//	                otherwise the kernel places each server process beside
-//	                its client or not as it goes, and two connections doing
-//	                the same work differ by up to 30 % on a small machine
+//	-pin-cpus WHEN  uncontended (default), all or off: during the
+//	                uncontended workloads (or the whole run) the clients
+//	                run on the first half of the CPUs and the servers
+//	                dlockbench started on the other half (Linux); otherwise
+//	                the kernel places each server process beside its client
+//	                or not as it goes, and two connections doing the same
+//	                work differ by up to 30 % on a small machine
 //	-url URL        a dlock URL to measure (repeatable); its server's floor, round trip and peers run too
 //	-out DIR        report directory (default "report")
 //	-scale F        multiply every measurement's duration by F
@@ -92,7 +94,10 @@ type config struct {
 	// allowMissing runs without the backends whose server cannot start.
 	allowMissing bool
 	warmCPUs     bool
-	pinCPUs      bool
+	// pinCPUs is when the clients and servers run on CPUs of their own
+	// (pinUncontended, pinAll, pinOff); pinSet: -pin-cpus was given.
+	pinCPUs string
+	pinSet  bool
 	// settle waits for the servers not under test to be quiet before
 	// each timed slice (bench.Quiet); off, it only watches them.
 	settle bool
@@ -148,7 +153,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.faults, "faults", "", "the fault suite's faults.json (written by faults/cmd/dlockchaos -out DIR) for the safety table's violations under faults")
 	fs.BoolVar(&c.settle, "settle", false, "before each timed slice of the contended workloads, wait (at most 1s) until the servers not under test are quiet (without it, what they did during each slice is still recorded)")
 	fs.BoolVar(&c.warmCPUs, "warm-cpus", false, "keep every CPU out of its idle state during the run with idle-priority spinners (SCHED_IDLE, Linux): on a VM whose idle vCPUs halt, replies wait for one to wake and the uncontended figures mix fast and slow phases")
-	fs.BoolVar(&c.pinCPUs, "pin-cpus", false, "run the clients on the first half of the CPUs and the servers dlockbench started on the other half (Linux): otherwise the kernel places each server process beside its client or not as it goes, and two connections doing the same work differ by up to 30 % on a small machine")
+	fs.StringVar(&c.pinCPUs, "pin-cpus", pinUncontended, "when to run the clients on the first half of the CPUs and the servers dlockbench started on the other half (Linux): uncontended (its workloads), all (the whole run) or off; unpinned, the kernel places each server process beside its client or not as it goes, and two connections doing the same work differ by up to 30 % on a small machine")
 	fs.BoolVar(&c.allowMissing, "allow-missing", false, "run without the backends whose server cannot start (default: such a server ends the run with status 1)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -180,8 +185,16 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*config, error) {
 	if c.procs < 1 || c.scale <= 0 || c.rounds < 1 {
 		return nil, fmt.Errorf("-procs and -rounds must be at least 1 and -scale positive")
 	}
+	switch c.pinCPUs {
+	case pinUncontended, pinAll, pinOff:
+	default:
+		return nil, fmt.Errorf("-pin-cpus %q: want uncontended, all or off", c.pinCPUs)
+	}
 	roundsSet := false
-	fs.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+	fs.Visit(func(f *flag.Flag) {
+		roundsSet = roundsSet || f.Name == "rounds"
+		c.pinSet = c.pinSet || f.Name == "pin-cpus"
+	})
 	if c.quick && !roundsSet {
 		c.rounds = 3
 	}
@@ -254,12 +267,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	if cfg.pinCPUs {
-		client, server, err := bench.PinCPUs(serverPIDs(env.servers))
+	if cfg.pinCPUs != pinOff {
+		pinner, err := newPinner(cfg, rep, serverPIDs(env.servers), stderr)
 		if err != nil {
 			return err
 		}
-		rep.ClientCPUs, rep.ServerCPUs = bench.FormatCPUs(client), bench.FormatCPUs(server)
+		env.pin = pinner
+		defer pinner.unpin()
+		if cfg.pinCPUs == pinAll {
+			if err := pinner.pin(); err != nil {
+				return err
+			}
+		}
 	}
 	plan := bench.Plan(bench.PlanOptions{Kinds: cfg.kinds, Quick: cfg.quick, Scale: cfg.scale})
 	runner := &bench.Runner{Procs: cfg.procs, Stderr: stderr, Quiet: bench.NewQuiet(env.servers, cfg.settle)}
@@ -318,7 +337,7 @@ func printHeader(w io.Writer, rep *bench.Report) {
 		fmt.Fprint(w, "  CPUs kept awake (-warm-cpus)")
 	}
 	if rep.ClientCPUs != "" {
-		fmt.Fprintf(w, "  clients on CPU %s, servers on CPU %s (-pin-cpus)", rep.ClientCPUs, rep.ServerCPUs)
+		fmt.Fprintf(w, "  clients on CPU %s, servers on CPU %s (-pin-cpus %s)", rep.ClientCPUs, rep.ServerCPUs, rep.PinnedWorkloads)
 	}
 	fmt.Fprintln(w)
 	for _, s := range rep.Servers {

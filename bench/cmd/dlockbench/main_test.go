@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -105,6 +106,7 @@ func TestFlagsRejectNonsense(t *testing.T) {
 		{"-workload", "nosuch"},
 		{"-procs", "0"},
 		{"-rounds", "0"},
+		{"-pin-cpus", "sometimes"},
 		{"extra-argument"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
@@ -196,6 +198,58 @@ func TestURLMode(t *testing.T) {
 	if r := rows["redis"]; r != nil && (r.FloorNs == 0 || r.BaselineRTT == 0 || r.ServerCmdsPerGrant <= 0) {
 		t.Errorf("redis row lacks its baselines: floor %d ns, rtt %d ns, %v commands per grant", r.FloorNs, r.BaselineRTT, r.ServerCmdsPerGrant)
 	}
+}
+
+// TestPinCPUsDefault: by default the uncontended workloads run with the
+// clients and the servers dlockbench started on CPUs of their own, and
+// the report says so; afterwards this process runs on every CPU again. A
+// -url run has no server of its own to pin: by default it runs unpinned
+// and says why; asked for on the command line, pinning that cannot be
+// done fails the run.
+func TestPinCPUsDefault(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.NumCPU() < 2 {
+		t.Skip("pinning needs Linux and two CPUs")
+	}
+	before := cpusAllowed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, _, out, _ := runReport(t, ctx, "-quick", "-rounds", "1", "-scale", "0.05", "-workload", "uncontended", "-backend", "redis", "-no-peers")
+	if rep.ClientCPUs == "" || rep.ServerCPUs == "" || rep.PinnedWorkloads != "uncontended" {
+		t.Errorf("report: clients on %q, servers on %q, pinned %q; want both sets and \"uncontended\"", rep.ClientCPUs, rep.ServerCPUs, rep.PinnedWorkloads)
+	}
+	if !strings.Contains(out, "-pin-cpus uncontended") {
+		t.Errorf("the header does not say the run was pinned:\n%s", out)
+	}
+	if after := cpusAllowed(t); after != before {
+		t.Errorf("after the run this process runs on CPUs %s, before on %s", after, before)
+	}
+
+	srv := testenv.Redis(t)
+	rep, _, _, errOut := runReport(t, ctx, "-quick", "-rounds", "1", "-scale", "0.05", "-workload", "uncontended", "-no-peers", "-url", srv.URL)
+	if rep.ClientCPUs != "" || !strings.Contains(errOut, "not pinned") {
+		t.Errorf("-url run: clients on %q; stderr %q; want unpinned, and said", rep.ClientCPUs, errOut)
+	}
+	var o, e bytes.Buffer
+	err := run(ctx, []string{"-quick", "-rounds", "1", "-scale", "0.05", "-workload", "uncontended", "-no-peers", "-pin-cpus", "all", "-url", srv.URL, "-out", t.TempDir()}, &o, &e)
+	if err == nil || !strings.Contains(err.Error(), "-pin-cpus") {
+		t.Errorf("-pin-cpus all with -url: %v; want an error naming -pin-cpus", err)
+	}
+}
+
+// cpusAllowed is the kernel's list of the CPUs this process may run on.
+func cpusAllowed(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatal("no Cpus_allowed_list")
+	return ""
 }
 
 // TestHandoffPacedReferences runs the handoff workload against a real

@@ -88,12 +88,22 @@ func measure(ctx context.Context, cfg *config, e *env, plan []bench.Workload, r 
 		}
 		switch w.Kind {
 		case bench.Uncontended:
+			if cfg.pinCPUs == pinUncontended {
+				if err := e.pin.pin(); err != nil {
+					return nil, nil, err
+				}
+			}
 			say("%s", w.Kind)
 			out[i] = m.alternate(ctx, w)
 		case bench.OpenLoop, bench.Scale, bench.Semaphore:
 		default:
 			together = append(together, m.begin(i, w))
 		}
+	}
+	if cfg.pinCPUs == pinUncontended {
+		// The contended workloads run many clients: on half the CPUs
+		// they are noisier than placed by the kernel.
+		e.pin.unpin()
 	}
 	if len(together) > 0 {
 		for round := range m.rounds {

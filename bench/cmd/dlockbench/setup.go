@@ -34,6 +34,9 @@ type env struct {
 	// failed are the servers that could not start (also in skipped).
 	failed  []string
 	closers []func()
+	// pin pins the clients and servers to CPUs of their own (-pin-cpus);
+	// nil when off.
+	pin *pinner
 }
 
 func (e *env) close() {
