@@ -268,10 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stop()
 	}
 	if cfg.pinCPUs != pinOff {
-		pinner, err := newPinner(cfg, rep, serverPIDs(env.servers), stderr)
-		if err != nil {
-			return err
-		}
+		pinner := newPinner(cfg, rep, serverPIDs(env.servers), stderr)
 		env.pin = pinner
 		defer pinner.unpin()
 		if cfg.pinCPUs == pinAll {

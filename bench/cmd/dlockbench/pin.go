@@ -29,8 +29,8 @@ type pinner struct {
 	refused  bool
 }
 
-func newPinner(cfg *config, rep *bench.Report, servers []int, stderr io.Writer) (*pinner, error) {
-	return &pinner{mode: cfg.pinCPUs, explicit: cfg.pinSet, servers: servers, rep: rep, stderr: stderr}, nil
+func newPinner(cfg *config, rep *bench.Report, servers []int, stderr io.Writer) *pinner {
+	return &pinner{mode: cfg.pinCPUs, explicit: cfg.pinSet, servers: servers, rep: rep, stderr: stderr}
 }
 
 // pin pins, unless pinned already or refused before.
