@@ -306,7 +306,8 @@ func versionExpiry(t *testing.T, d sqllock.Dialect, ttl time.Duration) {
 // with the holder's remaining time when the dialect reads it (retryAfter:
 // driver.NotAcquiredError.RetryAfter, within the holder's TTL); a lock whose row was deleted by hand behind a
 // Locker that knew it is taken again, with a token above every earlier
-// one; and after a free lock was released, the next TryAcquire takes it.
+// one (by a TryAcquire and by a blocking Acquire); and after a free lock
+// was released, the next TryAcquire takes it.
 // del deletes a name's row of a table.
 func VersionMiss(t *testing.T, rawURL string, retryAfter bool, del func(ctx context.Context, table, name string) error) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -373,5 +374,22 @@ func VersionMiss(t *testing.T, rawURL string, retryAfter bool, del func(ctx cont
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A blocking Acquire's first try answers a miss without reading the
+	// row: a deleted row is made again by what it does next.
+	if err := del(ctx, table, name); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ls, err = b.Acquire(actx, name, nil)
+	if err != nil {
+		t.Fatalf("Acquire after the row was deleted: %v", err)
+	}
+	if ls.Token() <= last {
+		t.Errorf("token %d after %d", ls.Token(), last)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
