@@ -21,11 +21,6 @@ type names struct {
 	lockArg           any
 	fenceArg          any // Redlock and semaphores
 	queueArg, chanArg any // Redlock: the waiter registry and the release channel prefix
-	// tryArgs are, on a single server or a Cluster, the fence and grant
-	// queue keys boxed as a TryAcquire's acquire.lua takes them, made at
-	// the name's first TryAcquire: a blocking Acquire and a release take
-	// the lock key alone, and a fresh name's Acquire boxes nothing more.
-	tryArgs atomic.Pointer[[2]any]
 	// sem is set for a semaphore name (a cache made by newSemCache), whose
 	// keys are layout.RedisSemaphoreKeys: lock is the holders' sorted set,
 	// fence its own counter, queue and channel its waiter registry and
@@ -98,21 +93,6 @@ func (c *nameCache) get(name string) *names {
 	}
 	slot.Store(n)
 	return n
-}
-
-// acquireKeys returns the fence and queue keys acquire.lua takes, boxed:
-// Redlock's waiter registry, or on a single server or Cluster the grant
-// queue (which acquire.lua does not touch there: it registers no one).
-func (n *names) acquireKeys() (fence, queue any) {
-	if n.queueArg != nil {
-		return n.fenceArg, n.queueArg
-	}
-	p := n.tryArgs.Load()
-	if p == nil {
-		p = &[2]any{n.fence, n.waiters}
-		n.tryArgs.Store(p)
-	}
-	return p[0], p[1]
 }
 
 // grantValues makes the values that mark a grant as its owner's in the

@@ -57,12 +57,4 @@ func TestFreshNameAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { c.get(fresh[i]); i++ }); n > 3 {
 		t.Errorf("get of a fresh name: %v allocations, want at most 3", n)
 	}
-	n := c.get("orders/try")
-	f, q := n.acquireKeys()
-	if f != any(n.fence) || q != any(n.waiters) {
-		t.Fatalf("acquireKeys = %v, %v, want %q, %q", f, q, n.fence, n.waiters)
-	}
-	if allocs := testing.AllocsPerRun(100, func() { n.acquireKeys() }); allocs != 0 {
-		t.Errorf("acquireKeys of a name seen before: %v allocations, want 0", allocs)
-	}
 }

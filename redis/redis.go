@@ -151,11 +151,11 @@ func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locke
 	return l
 }
 
-// publishCommand returns the command that release.lua publishes with:
+// publishCommand returns the command that the grant queue's scripts
+// publish with (queueScriptsFor):
 // SPUBLISH on a Cluster whose servers have sharded pub/sub (Redis 7), so
 // that a release reaches only the shard that owns the name; PUBLISH
-// otherwise. It asks the server once. The command comes boxed, as
-// release.lua's argument.
+// otherwise. It asks the server once. The command comes boxed.
 func (l *locker) publishCommand(ctx context.Context) (any, error) {
 	l.mu.Lock()
 	cmd := l.pubCmd
@@ -257,7 +257,7 @@ func (l *locker) TryAcquire(ctx context.Context, req driver.Request) (driver.Lea
 	// the attempt and the release use.
 	ls := &lease{l: l, n: n, value: l.values.next(req.Owner)}
 	ls.valueArg = ls.value
-	granted, v, err := acquireOn(ctx, l.client, acquireArgs(ls.args[:], n, ls.valueArg, l.ttl.get(req.TTL), registration{}))
+	granted, v, err := runAcquire(ctx, l.client, takeScript, takeArgs(ls.args[:], n, ls.valueArg, l.ttl.get(req.TTL)))
 	if err != nil {
 		// The script may have run with its reply lost: take back what it
 		// may have set, so that nothing of the attempt blocks others. In
@@ -485,24 +485,23 @@ func (ls *lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// acquireArgs makes acquire.lua's argument list in dst.
-func acquireArgs(dst []any, n *names, value, ttl any, reg registration) []any {
-	var id, last any = "", "0"
-	if reg.id != nil {
-		id = reg.id
-		if reg.last {
-			last = "1"
-		}
+// acquireArgs makes an attempt's script and its argument list in dst:
+// acquire.lua when reg registers or unregisters the caller's Locker,
+// otherwise take.lua, which answers the same from fewer arguments.
+func acquireArgs(dst []any, n *names, value, ttl any, reg registration) (*script, []any) {
+	if reg.id == nil {
+		return takeScript, takeArgs(dst, n, value, ttl)
 	}
-	fence, q := n.acquireKeys()
-	return append(acquireScript.args(dst, "3"), n.lockArg, fence, q, value, ttl, id, regLifetimeArg, last)
+	last := "0"
+	if reg.last {
+		last = "1"
+	}
+	return acquireScript, append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, n.queueArg, value, ttl, reg.id, regLifetimeArg, last)
 }
 
-// acquireOn runs acquire.lua on one client with the list of acquireArgs.
-// n is the token when granted, the holder's PTTL in milliseconds
-// otherwise.
-func acquireOn(ctx context.Context, c doer, args []any) (granted bool, n int64, err error) {
-	return runAcquire(ctx, c, acquireScript, args)
+// takeArgs makes take.lua's argument list in dst.
+func takeArgs(dst []any, n *names, value, ttl any) []any {
+	return append(takeScript.args(dst, "1"), n.lockArg, value, ttl)
 }
 
 // runAcquire runs s, a script that answers as acquire.lua does (the token
@@ -551,7 +550,7 @@ func handoverArgs(dst []any, s *script, n *names, value any) []any {
 // publish command, or "" not to wake anyone; the grant's value is the
 // message.
 func releaseArgs(dst []any, n *names, value, pubCmd any) []any {
-	return append(releaseScript.args(dst, "2"), n.lockArg, n.queueArg, value, pubCmd, value, n.chanArg, redlockWakeArg)
+	return append(releaseScript.args(dst, "1"), n.lockArg, value, pubCmd)
 }
 
 // releaseOn runs release.lua on one client with the list of releaseArgs

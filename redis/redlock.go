@@ -51,6 +51,7 @@ type redlock struct {
 	ttl         ttlArg
 	gate        evictionGate
 	clog        *driver.ClientLog // the clients' dial failures (opened from a URL), or nil
+	crew        *crew             // runs the calls to the nodes
 }
 
 var (
@@ -67,6 +68,7 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: nodeTimeout,
 		values:      newGrantValues(),
+		crew:        newCrew(crewKeep * len(nodes)),
 	}
 	// A waiter subscribes on every node: a release publishes on every node
 	// it deletes from, so wake-ups survive the loss of a minority. The
@@ -129,6 +131,7 @@ func (r *redlock) Capabilities() driver.Capabilities {
 
 func (r *redlock) Close() error {
 	err := r.hub.close()
+	r.crew.close()
 	if r.owned {
 		for _, c := range r.nodes {
 			if cerr := c.Close(); cerr != nil && !errors.Is(cerr, goredis.ErrClosed) {
@@ -177,14 +180,18 @@ func (r *redlock) fanout(ctx context.Context, timeout time.Duration, op func(ctx
 	ctx, d.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	d.left.Store(int32(len(r.nodes)))
 	for _, c := range r.nodes {
-		go func() {
+		r.crew.run(func() {
 			o := op(ctx, c)
 			d.done()
 			out <- o
-		}()
+		})
 	}
 	return out
 }
+
+// crewKeep is how many idle members per node a Redlock Locker's crew
+// keeps: the calls of a few concurrent attempts and of their clean-ups.
+const crewKeep = 4
 
 // sharedDeadline is a fanout's context's cancel, called by the last of its
 // calls to return.
@@ -213,12 +220,12 @@ func (r *redlock) TryAcquire(ctx context.Context, req driver.Request) (driver.Le
 	ls.valueArg = ls.value
 	reg := r.hub.registration(k)
 	// Every node's request reads the one argument list.
-	args := acquireArgs(ls.args[:], k, ls.valueArg, r.ttl.get(req.TTL), reg)
+	s, args := acquireArgs(ls.args[:], k, ls.valueArg, r.ttl.get(req.TTL), reg)
 	results := r.fanout(ctx, min(r.nodeTimeout, budget), func(ctx context.Context, c goredis.UniversalClient) outcome {
 		if f := testBeforeNodeAcquire.Load(); f != nil {
 			(*f)(slices.Index(r.nodes, c), reg.id != nil)
 		}
-		granted, n, err := acquireOn(ctx, c, args)
+		granted, n, err := runAcquire(ctx, c, s, args)
 		return outcome{ok: granted, n: n, err: err}
 	})
 	n := len(r.nodes)

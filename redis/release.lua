@@ -1,13 +1,13 @@
--- release.lua: free a lock this grant still holds and wake waiters.
--- KEYS[1] lock key, KEYS[2] waiter registry; same hash slot
--- ARGV[1] owner value
--- ARGV[2] publish command (PUBLISH or SPUBLISH), or '' not to wake anyone
---         (taking back a failed Redlock attempt)
--- ARGV[3] message (the grant's value, so that a waiter subscribed on
---         several Redlock nodes can drop duplicates)
--- ARGV[4] release channel prefix: Locker L is woken on ARGV[4]..':'..L
--- ARGV[5] how many registered Lockers to wake
--- Only the Lockers whose registration is oldest are woken (not every
+-- release.lua: free a Redlock lock this grant still holds and wake a
+-- waiter.
+-- KEYS[1] lock key; the waiter registry is KEYS[1]..REGISTRY and the
+-- release channel prefix KEYS[1]..RELEASE (same hash slot): Locker L is
+-- woken on KEYS[1]..RELEASE..':'..L
+-- ARGV[1] owner value, also the message (the grant's value, so that a
+--         waiter subscribed on several nodes can drop duplicates)
+-- ARGV[2] publish command (PUBLISH), or '' not to wake anyone (taking
+--         back a failed attempt)
+-- Only the Locker whose registration is oldest is woken (not every
 -- waiter: they would all race for the lock and all but one lose); a woken
 -- waiter that loses registers again, a woken Locker that has no waiter
 -- left passes the wake-up on (pass.lua). The registry exists only while
@@ -20,6 +20,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] ~= '' then
-  wakeNext(KEYS[2], ARGV[2], ARGV[4], ARGV[3], tonumber(ARGV[5]))
+  wakeNext(KEYS[1] .. REGISTRY, ARGV[2], KEYS[1] .. RELEASE, ARGV[1], REDLOCK_WAKE)
 end
 return 1

@@ -18,6 +18,8 @@ import (
 var (
 	//go:embed acquire.lua
 	acquireLua string
+	//go:embed take.lua
+	takeLua string
 	//go:embed refresh.lua
 	refreshLua string
 	//go:embed release.lua
@@ -38,15 +40,17 @@ var (
 	passLua string
 
 	acquireScript = newScript(acquireLua)
+	takeScript    = newScript(keysHeader() + takeLua)
 	refreshScript = newScript(refreshLua)
 	// The scripts that wake Redlock waiters (and semaphore waiters)
 	// start with wake.lua's wakeNext.
-	releaseScript = newScript(wakeLua + releaseLua)
+	releaseScript = newScript(keysHeader() + wakeLua + releaseLua)
 	passScript    = newScript(wakeLua + passLua)
 	inspectScript = goredis.NewScript(inspectLua)
 
 	// The FIFO grant queue of a single server or a Cluster (Redlock keeps
-	// acquire.lua and release.lua), in a variant per publish command.
+	// acquire.lua or take.lua and release.lua; a TryAcquire takes with
+	// take.lua everywhere), in a variant per publish command.
 	publishScripts  = newQueueScripts("PUBLISH")
 	spublishScripts = newQueueScripts("SPUBLISH")
 )
@@ -82,9 +86,23 @@ func queueScriptsFor(pubCmd any) *queueScripts {
 // script declares).
 func queueHeader(pub string) string {
 	k := layout.RedisKeys("", "x")
-	suffix := func(key string) string { return strconv.Quote(strings.TrimPrefix(key, k.Lock)) }
 	return "local PUB, ENTRY_LIFE = '" + pub + "', " + strconv.FormatInt(millis(waitEntryLife), 10) + "\n" +
-		"local FENCE, QUEUE, DATA = " + suffix(k.Fence) + ", " + suffix(k.Waiters) + ", " + suffix(k.WaiterData) + "\n"
+		"local FENCE, QUEUE, DATA = " + keySuffix(k, k.Fence) + ", " + keySuffix(k, k.Waiters) + ", " + keySuffix(k, k.WaiterData) + "\n"
+}
+
+// keysHeader declares what take.lua and release.lua derive from the lock
+// key, as queueHeader does for the queue's scripts: the suffixes of the
+// fence counter, Redlock's waiter registry and its release channel
+// prefix, and how many registered Lockers a Redlock release wakes.
+func keysHeader() string {
+	k := layout.RedisKeys("", "x")
+	return "local FENCE, REGISTRY, RELEASE, REDLOCK_WAKE = " + keySuffix(k, k.Fence) + ", " + keySuffix(k, k.Queue) + ", " +
+		keySuffix(k, k.Channel) + ", " + strconv.Itoa(redlockWake) + "\n"
+}
+
+// keySuffix is key's suffix after the lock key of k, quoted for Lua.
+func keySuffix(k layout.Redis, key string) string {
+	return strconv.Quote(strings.TrimPrefix(key, k.Lock))
 }
 
 // script is a Lua script run by EVALSHA through Do, on an argument list
@@ -129,8 +147,8 @@ func (s *script) run(ctx context.Context, c doer, args []any) *goredis.Cmd {
 
 // Argument lists of the scripts, which the driver keeps in its leases.
 const (
-	acquireArgc  = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments
-	releaseArgc  = 10 // evalsha, digest, numkeys, 2 keys, 5 arguments
+	acquireArgc  = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments (take.lua: 1 key, 2 arguments)
+	releaseArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
 	refreshArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
 	waitArgc     = 7  // evalsha, digest, numkeys, 1 key, 3 arguments
 	handoverArgc = 5  // evalsha, digest, numkeys, 1 key, 1 argument (cancel.lua too)
@@ -185,7 +203,6 @@ const (
 // The constant arguments, boxed once.
 var (
 	regLifetimeArg any = millis(regLifetime)
-	redlockWakeArg any = redlockWake
 	semWakeArg     any = semWake
 )
 
