@@ -19,11 +19,21 @@ func keySlot(key string) int {
 }
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the
-// checksum Redis Cluster hashes keys with.
+// checksum Redis Cluster hashes keys with, a byte at a time from
+// crc16Table (a blocking Acquire of a fresh name in a Cluster hashes its
+// key: bit by bit that took a microsecond or two).
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table[b] is the CRC of the byte b alone.
+var crc16Table = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -31,6 +41,7 @@ func crc16(s string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return crc
-}
+	return t
+}()
