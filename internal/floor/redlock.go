@@ -68,12 +68,34 @@ func openRedlockFloor(ctx context.Context, rawURL string, ttl time.Duration, tak
 	}
 	quorum := len(nodes)/2 + 1
 	validity := ttl - driver.Drift(ttl)
+	// Each node has a goroutine of its own, kept for the floor's life,
+	// that runs the requests to it: a goroutine started per request would
+	// grow its stack down go-redis's call path every time (a quarter of a
+	// client's CPU), which dlock's Redlock does not pay either (its
+	// crew). The floor is used by one goroutine at a time, so a node has
+	// at most an attempt's late answer and a release queued.
+	calls := make([]chan func(), len(nodes))
+	for i := range nodes {
+		calls[i] = make(chan func(), 2)
+		go func() {
+			for f := range calls[i] {
+				f()
+			}
+		}()
+	}
+	stop := func() error {
+		err := closeAll()
+		for _, c := range calls {
+			close(c)
+		}
+		return err
+	}
 	// all runs op on every node at once; the answers come on the channel,
 	// buffered for every one of them.
 	all := func(ctx context.Context, op func(ctx context.Context, c goredis.UniversalClient) vote) <-chan vote {
 		out := make(chan vote, len(nodes))
-		for _, c := range nodes {
-			go func() { out <- op(ctx, c) }()
+		for i, c := range nodes {
+			calls[i] <- func() { out <- op(ctx, c) }
 		}
 		return out
 	}
@@ -144,6 +166,6 @@ func openRedlockFloor(ctx context.Context, rawURL string, ttl time.Duration, tak
 			}
 			return nil, false, nil
 		},
-		close: closeAll,
+		close: stop,
 	}, nil
 }
