@@ -71,7 +71,9 @@
 // Redlock ("redlock"): waiters are woken, not granted (a quorum of
 // independent queues has no safe simple design: each node would grant a
 // different waiter); see Waiting. A grant needs a quorum of N/2+1 nodes, asked in
-// parallel with a per-node timeout; its validity is TTL − elapsed −
+// parallel with a per-node timeout (each request on a goroutine the Locker
+// keeps for its node calls, so that no request pays for a new goroutine's
+// stack); its validity is TTL − elapsed −
 // (1% of TTL + 2ms), which is the portable layer's lease deadline
 // measured from the start of the request. A failed attempt takes its key
 // back on every node. A node that does not answer within node_timeout
