@@ -348,32 +348,28 @@ func VersionMiss(t *testing.T, rawURL string, retryAfter bool, del func(ctx cont
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ls, err = b.TryAcquire(ctx, name, nil)
-	if err != nil {
-		t.Fatalf("TryAcquire of a released lock: %v", err)
-	}
-	if ls.Token() <= last {
-		t.Errorf("token %d after %d", ls.Token(), last)
-	}
-	last = ls.Token()
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := del(ctx, table, name); err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range []*dlock.Locker{b, a} {
-		ls, err := l.TryAcquire(ctx, name, nil)
+	// granted checks a grant (a token above the last) and releases it.
+	granted := func(what string, ls *dlock.Lease, err error) {
+		t.Helper()
 		if err != nil {
-			t.Fatalf("TryAcquire %d after the row was deleted: %v", i, err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if ls.Token() <= last {
-			t.Errorf("token %d after %d", ls.Token(), last)
+			t.Errorf("%s: token %d after %d", what, ls.Token(), last)
 		}
 		last = ls.Token()
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	ls, err = b.TryAcquire(ctx, name, nil)
+	granted("TryAcquire of a released lock", ls, err)
+	if err := del(ctx, table, name); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range []*dlock.Locker{b, a} {
+		ls, err := l.TryAcquire(ctx, name, nil)
+		granted(fmt.Sprintf("TryAcquire %d after the row was deleted", i), ls, err)
 	}
 	// A blocking Acquire's first try answers a miss without reading the
 	// row: a deleted row is made again by what it does next.
@@ -383,13 +379,5 @@ func VersionMiss(t *testing.T, rawURL string, retryAfter bool, del func(ctx cont
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ls, err = b.Acquire(actx, name, nil)
-	if err != nil {
-		t.Fatalf("Acquire after the row was deleted: %v", err)
-	}
-	if ls.Token() <= last {
-		t.Errorf("token %d after %d", ls.Token(), last)
-	}
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	granted("Acquire after the row was deleted", ls, err)
 }
