@@ -68,7 +68,10 @@
 //     to that waiter's owner and nonce with a new token and the waiter's
 //     TTL from now, and NOTIFYs the waiter's Locker on its own channel
 //     (dlock_<table hash>_<Locker id>, one listening connection per
-//     Locker, opened in the background at the Locker's first use) with "<nonce> <token>": the waiter takes
+//     Locker, opened in the background at the Locker's first use and
+//     closed after 30s without a waiter, since every NOTIFY in the
+//     database wakes every listening connection; the next wait opens it
+//     again) with "<nonce> <token>": the waiter takes
 //     the grant with no request of its own, refreshing it once if it
 //     last renewed its entry more than a quarter of its TTL before. A
 //     waiter renews its entry every quarter of its TTL (between 10ms and

@@ -43,3 +43,23 @@ func (l *Locker) BatchRefreshes(on bool) {
 	}
 	l.refresher = nil
 }
+
+// SetListenerLinger makes l's listener close after d unused (instead of
+// listenerLinger), counted from now if it is unused now.
+func (l *Locker) SetListenerLinger(d time.Duration) {
+	if h := l.hub; h != nil {
+		h.mu.Lock()
+		h.linger = d
+		h.usedLocked()
+		h.mu.Unlock()
+	}
+}
+
+// GrantChannel is the channel l's listener LISTENs on last ("" with no
+// grant channel): the statement pg_stat_activity shows for it.
+func (l *Locker) GrantChannel() string {
+	if l.hub == nil {
+		return ""
+	}
+	return l.hub.grantChannel
+}

@@ -22,17 +22,63 @@ type hub struct {
 
 	startMu sync.Mutex // held while the listener starts
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// linger is how long the listener stays open while no waiter uses
+	// it (listenerLinger).
+	linger  time.Duration
 	subs    map[string]map[chan struct{}]struct{}
 	grants  map[int64]chan int64
 	running bool
 	closed  bool
 	cancel  context.CancelFunc
-	done    chan struct{}
+	// gen numbers the listeners: a listener that ends (failed, or closed
+	// for idleness) ends its own waiters only, not a newer listener's.
+	gen   uint64
+	idle  *time.Timer    // closes the listener after linger unused
+	loops sync.WaitGroup // the listeners' goroutines
 }
 
+// listenerLinger is how long a hub keeps its listening connection open
+// with no waiter: PostgreSQL (up to 18) wakes every backend that LISTENs
+// in the database, on any channel, at every NOTIFY's commit, so a Locker
+// that keeps listening while none of its waiters waits makes every other
+// Locker's grants and permit releases cost the server a process wake-up
+// more (BenchmarkNotifyListeners). A wait after that starts a listener
+// again: a queued waiter renews once when it is up, which takes a grant
+// made meanwhile.
+const listenerLinger = 30 * time.Second
+
 func newHub(n Notifier, channel string) *hub {
-	return &hub{n: n, channel: channel, subs: make(map[string]map[chan struct{}]struct{}), grants: make(map[int64]chan int64)}
+	return &hub{n: n, channel: channel, linger: listenerLinger, subs: make(map[string]map[chan struct{}]struct{}), grants: make(map[int64]chan int64)}
+}
+
+// usedLocked re-arms or stops the idle timer after a change of the
+// listener's users; h.mu is held.
+func (h *hub) usedLocked() {
+	if len(h.subs) > 0 || len(h.grants) > 0 || !h.running || h.closed {
+		if h.idle != nil {
+			h.idle.Stop()
+		}
+		return
+	}
+	if h.idle == nil {
+		h.idle = time.AfterFunc(h.linger, h.quiet)
+		return
+	}
+	h.idle.Reset(h.linger)
+}
+
+// quiet closes the listener if it is still unused.
+func (h *hub) quiet() {
+	h.mu.Lock()
+	if len(h.subs) > 0 || len(h.grants) > 0 || !h.running || h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.running = false // the next waiter starts another
+	cancel := h.cancel
+	h.mu.Unlock()
+	cancel()
 }
 
 // watch registers a waiter of name. The LISTEN is active before it
@@ -54,6 +100,7 @@ func (h *hub) watch(ctx context.Context, name string) (<-chan struct{}, func(), 
 		h.subs[name] = set
 	}
 	set[ch] = struct{}{}
+	h.usedLocked()
 	h.mu.Unlock()
 	stop := func() {
 		h.mu.Lock()
@@ -64,6 +111,7 @@ func (h *hub) watch(ctx context.Context, name string) (<-chan struct{}, func(), 
 				delete(h.subs, name)
 			}
 		}
+		h.usedLocked()
 	}
 	return ch, stop, nil
 }
@@ -80,6 +128,7 @@ func (h *hub) awaitGrant(nonce int64) <-chan int64 {
 	}
 	ch := make(chan int64, 1)
 	h.grants[nonce] = ch
+	h.usedLocked()
 	return ch
 }
 
@@ -88,6 +137,7 @@ func (h *hub) awaitGrant(nonce int64) <-chan int64 {
 func (h *hub) endGrant(nonce int64) {
 	h.mu.Lock()
 	delete(h.grants, nonce)
+	h.usedLocked()
 	h.mu.Unlock()
 }
 
@@ -113,25 +163,33 @@ func (h *hub) start(ctx context.Context) error {
 		return err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	h.mu.Lock()
-	h.running, h.cancel, h.done = true, cancel, done
+	h.gen++
+	h.running, h.cancel = true, cancel
+	h.loops.Add(1)
+	go h.loop(lctx, cancel, lis, h.gen)
+	h.usedLocked() // unused until a waiter comes
 	h.mu.Unlock()
-	go h.loop(lctx, cancel, lis, done)
 	return nil
 }
 
 // loop delivers notifications until the listener fails or is closed.
-func (h *hub) loop(ctx context.Context, cancel context.CancelFunc, lis Listening, done chan struct{}) {
-	defer func() { cancel(); close(done) }()
+func (h *hub) loop(ctx context.Context, cancel context.CancelFunc, lis Listening, gen uint64) {
+	defer h.loops.Done()
+	defer cancel()
 	defer lis.Close()
 	for {
 		channel, payload, err := lis.Next(ctx)
 		if err != nil {
 			// Wake every waiter for good: they fall back to polling (a
 			// queued waiter renews at once), and the next wait starts a
-			// new listener.
+			// new listener. A listener closed for idleness (quiet) has
+			// none, and a newer one's are not this one's to end.
 			h.mu.Lock()
+			if h.gen != gen || !h.running {
+				h.mu.Unlock()
+				return
+			}
 			h.running = false
 			for n, set := range h.subs {
 				for ch := range set {
@@ -189,13 +247,18 @@ func (h *hub) close() {
 	defer h.startMu.Unlock()
 	h.mu.Lock()
 	h.closed = true
-	cancel, done := h.cancel, h.done
+	if h.idle != nil {
+		h.idle.Stop()
+	}
+	cancel := h.cancel
 	h.mu.Unlock()
 	if cancel != nil {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(cleanupTimeout):
-		}
+		cancel() // a listener closed for idleness was cancelled already
+	}
+	ended := make(chan struct{})
+	go func() { h.loops.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(cleanupTimeout):
 	}
 }
