@@ -471,8 +471,9 @@ func (a *attempt) look(ctx context.Context, set map[string]int64, own bool) (gon
 	return gone, own && !there(len(names), a.rev), resp.Header.Revision, nil
 }
 
-// testBeforeWatch, set by a test only, runs before waitDelete's watch
-// starts (TestPredecessorGoneBeforeWatch).
+// testBeforeWatch, set by a test only, runs before waitDelete's and
+// watchAhead's watch starts (TestPredecessorGoneBeforeWatch,
+// TestSemaphoreWaiterLeaseLostBeforeWatch).
 var testBeforeWatch func()
 
 // pause waits a moment after a failed call (no leader during an election,

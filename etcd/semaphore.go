@@ -114,6 +114,9 @@ func (a *attempt) waitPermit(ctx context.Context) (driver.Lease, error) {
 // confirmed it: a deletion before the read is in the read, one after it
 // is an event after the read's revision.
 func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver.Lease, error) {
+	if testBeforeWatch != nil {
+		testBeforeWatch()
+	}
 	wctx, cancel := a.l.waitCtx(ctx)
 	defer cancel()
 	wch := a.l.cli.Watch(wctx, a.queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -141,13 +144,25 @@ func (a *attempt) watchAhead(ctx context.Context, tick <-chan time.Time) (driver
 				return nil, nil
 			}
 			if wr.Created {
-				g, err := a.l.cli.Get(ctx, a.queue, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithKeysOnly())
+				// The keys ahead, and our own: a deletion of ours
+				// before the watch started is no event of it (the
+				// waiter would learn it at its next renewal only).
+				g, err := a.l.cli.Get(ctx, a.queue, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev), clientv3.WithKeysOnly())
 				if err != nil {
 					return nil, nil
 				}
 				ahead, read = make(map[string]bool, len(g.Kvs)), g.Header.Revision
+				own := false
 				for _, kv := range g.Kvs {
+					if string(kv.Key) == a.key {
+						own = true
+						continue
+					}
 					ahead[string(kv.Key)] = true
+				}
+				if !own {
+					a.abandon()
+					return nil, errRequeue
 				}
 				continue
 			}

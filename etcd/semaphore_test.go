@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -424,6 +425,70 @@ func TestSemaphoreWaiterLeaseLost(t *testing.T) {
 	}
 	if dead, _ := strconv.ParseUint(waiter.CreateRevision, 10, 64); q.Token() <= dead {
 		t.Errorf("granted with token %d, the dead key's revision is %d", q.Token(), dead)
+	}
+	_ = q.Release(e.ctx)
+	e.noKeys(t)
+}
+
+// TestSemaphoreWaiterLeaseLostBeforeWatch: a waiter whose etcd lease is
+// revoked after it queued its key but before its watch started (so that
+// no event of the watch tells it) queues again as soon as its watch is
+// up, not at its next renewal, a third of the TTL later.
+func TestSemaphoreWaiterLeaseLostBeforeWatch(t *testing.T) {
+	e := newSemEnv(t, 2, 30*time.Second)
+	p, err := e.semaphore(t, 0, "b", 1).Acquire(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan queueKV, 1)
+	var once sync.Once
+	testBeforeWatch = func() {
+		once.Do(func() {
+			kvs := e.keys(t, "b")
+			if len(kvs) != 2 {
+				t.Errorf("keys before the waiter's watch: %+v", kvs)
+				close(revoked)
+				return
+			}
+			if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/lease/revoke", map[string]string{"ID": kvs[1].Lease}, nil); err != nil {
+				t.Error(err)
+			}
+			revoked <- kvs[1]
+		})
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		q, err := e.semaphore(t, 1, "b", 1).Acquire(e.ctx, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- q
+	}()
+	dead, ok := <-revoked
+	if !ok {
+		t.FailNow()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		kvs := e.keys(t, "b")
+		if len(kvs) == 2 && kvs[1].Lease != dead.Lease {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue again within 3s of its lease's revocation (its renewal is due in 10s): %+v", kvs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := <-got
+	testBeforeWatch = nil // the waiter's goroutine is done with it
+	if q == nil {
+		t.FailNow()
+	}
+	if d, _ := strconv.ParseUint(dead.CreateRevision, 10, 64); q.Token() <= d {
+		t.Errorf("granted with token %d, the dead key's revision is %d", q.Token(), d)
 	}
 	_ = q.Release(e.ctx)
 	e.noKeys(t)
