@@ -17,10 +17,11 @@ import (
 type names struct {
 	name string
 	keys
-	wake              string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
-	lockArg           any
-	fenceArg          any // Redlock and semaphores
-	queueArg, chanArg any // Redlock: the waiter registry and the release channel prefix
+	wake    string // Redlock: this Locker's wake-up channel, <channel>:<hub id>
+	lockArg any
+	// Semaphores: the fence, the waiter registry and the wake-up channel
+	// prefix (a lock's scripts derive them from the lock key).
+	fenceArg, queueArg, chanArg any
 	// sem is set for a semaphore name (a cache made by newSemCache), whose
 	// keys are layout.RedisSemaphoreKeys: lock is the holders' sorted set,
 	// fence its own counter, queue and channel its waiter registry and
@@ -89,7 +90,6 @@ func (c *nameCache) get(name string) *names {
 	n := &names{name: name, keys: k, lockArg: k.lock}
 	if c.hubID != "" {
 		n.wake = k.channel + ":" + c.hubID
-		n.fenceArg, n.queueArg, n.chanArg = k.fence, k.queue, k.channel
 	}
 	slot.Store(n)
 	return n

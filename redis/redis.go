@@ -487,7 +487,8 @@ func (ls *lease) Release(ctx context.Context) error {
 
 // acquireArgs makes an attempt's script and its argument list in dst:
 // acquire.lua when reg registers or unregisters the caller's Locker,
-// otherwise take.lua, which answers the same from fewer arguments.
+// otherwise take.lua's script, which answers the same from fewer
+// arguments.
 func acquireArgs(dst []any, n *names, value, ttl any, reg registration) (*script, []any) {
 	if reg.id == nil {
 		return takeScript, takeArgs(dst, n, value, ttl)
@@ -496,10 +497,10 @@ func acquireArgs(dst []any, n *names, value, ttl any, reg registration) (*script
 	if reg.last {
 		last = "1"
 	}
-	return acquireScript, append(acquireScript.args(dst, "3"), n.lockArg, n.fenceArg, n.queueArg, value, ttl, reg.id, regLifetimeArg, last)
+	return acquireScript, append(acquireScript.args(dst, "1"), n.lockArg, value, ttl, reg.id, regLifetimeArg, last)
 }
 
-// takeArgs makes take.lua's argument list in dst.
+// takeArgs makes the argument list of take.lua's script in dst.
 func takeArgs(dst []any, n *names, value, ttl any) []any {
 	return append(takeScript.args(dst, "1"), n.lockArg, value, ttl)
 }

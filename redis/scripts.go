@@ -39,8 +39,9 @@ var (
 	//go:embed pass.lua
 	passLua string
 
-	acquireScript = newScript(acquireLua)
-	takeScript    = newScript(keysHeader() + takeLua)
+	// The attempt scripts start with take.lua's take.
+	takeScript    = newScript(keysHeader() + takeLua + "return reply(take())\n")
+	acquireScript = newScript(keysHeader() + takeLua + acquireLua)
 	refreshScript = newScript(refreshLua)
 	// The scripts that wake Redlock waiters (and semaphore waiters)
 	// start with wake.lua's wakeNext.
@@ -49,8 +50,8 @@ var (
 	inspectScript = goredis.NewScript(inspectLua)
 
 	// The FIFO grant queue of a single server or a Cluster (Redlock keeps
-	// acquire.lua or take.lua and release.lua; a TryAcquire takes with
-	// take.lua everywhere), in a variant per publish command.
+	// its attempt scripts and release.lua; a TryAcquire takes with
+	// take.lua's script everywhere), in a variant per publish command.
 	publishScripts  = newQueueScripts("PUBLISH")
 	spublishScripts = newQueueScripts("SPUBLISH")
 )
@@ -90,7 +91,7 @@ func queueHeader(pub string) string {
 		"local FENCE, QUEUE, DATA = " + keySuffix(k, k.Fence) + ", " + keySuffix(k, k.Waiters) + ", " + keySuffix(k, k.WaiterData) + "\n"
 }
 
-// keysHeader declares what take.lua and release.lua derive from the lock
+// keysHeader declares what the attempt scripts and release.lua derive from the lock
 // key, as queueHeader does for the queue's scripts: the suffixes of the
 // fence counter, Redlock's waiter registry and its release channel
 // prefix, and how many registered Lockers a Redlock release wakes.
@@ -147,12 +148,12 @@ func (s *script) run(ctx context.Context, c doer, args []any) *goredis.Cmd {
 
 // Argument lists of the scripts, which the driver keeps in its leases.
 const (
-	acquireArgc  = 11 // evalsha, digest, numkeys, 3 keys, 5 arguments (take.lua: 1 key, 2 arguments)
-	releaseArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
-	refreshArgc  = 6  // evalsha, digest, numkeys, 1 key, 2 arguments
-	waitArgc     = 7  // evalsha, digest, numkeys, 1 key, 3 arguments
-	handoverArgc = 5  // evalsha, digest, numkeys, 1 key, 1 argument (cancel.lua too)
-	passArgc     = 8  // evalsha, digest, numkeys, 2 keys, 3 arguments
+	acquireArgc  = 9 // evalsha, digest, numkeys, 1 key, 5 arguments (take.lua's script: 2 arguments)
+	releaseArgc  = 6 // evalsha, digest, numkeys, 1 key, 2 arguments
+	refreshArgc  = 6 // evalsha, digest, numkeys, 1 key, 2 arguments
+	waitArgc     = 7 // evalsha, digest, numkeys, 1 key, 3 arguments
+	handoverArgc = 5 // evalsha, digest, numkeys, 1 key, 1 argument (cancel.lua too)
+	passArgc     = 8 // evalsha, digest, numkeys, 2 keys, 3 arguments
 )
 
 // The grant queue's timings: a waiter renews its entry every
