@@ -384,11 +384,45 @@ func TestPermitsOf(t *testing.T) {
 // it waits is never granted on its dead key (Jepsen's etcd 3.4.3 finding,
 // as TestLeaseLostWhileWaiting for a lock): it queues again and is
 // granted on a new key, with a token above the dead key's revision.
-func TestSemaphoreWaiterLeaseLost(t *testing.T) {
+func TestSemaphoreWaiterLeaseLost(t *testing.T) { semWaiterLeaseLost(t, false) }
+
+// TestSemaphoreWaiterLeaseLostBeforeWatch: the same, with the lease
+// revoked after the waiter queued its key but before its watch started
+// (so that no event of the watch tells it): it queues again as soon as
+// its watch is up, not at its next renewal, a third of the TTL later.
+func TestSemaphoreWaiterLeaseLostBeforeWatch(t *testing.T) { semWaiterLeaseLost(t, true) }
+
+// semWaiterLeaseLost has a waiter queue behind the holder of a one-permit
+// semaphore and revokes the waiter's etcd lease (beforeWatch: in
+// testBeforeWatch, before its watch starts; otherwise once its key is
+// seen queued). The waiter must queue again with a new key well before
+// its next renewal (a third of the 30s TTL) would tell it, and be
+// granted at the holder's release with a token above the dead key's
+// revision.
+func semWaiterLeaseLost(t *testing.T, beforeWatch bool) {
 	e := newSemEnv(t, 2, 30*time.Second)
 	p, err := e.semaphore(t, 0, "w", 1).Acquire(e.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	revoked := make(chan queueKV, 1)
+	revoke := func() {
+		kvs := e.keys(t, "w")
+		if len(kvs) != 2 {
+			t.Errorf("keys before the revocation: %+v", kvs)
+			close(revoked)
+			return
+		}
+		if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/lease/revoke", map[string]string{"ID": kvs[1].Lease}, nil); err != nil {
+			t.Error(err)
+		}
+		revoked <- kvs[1]
+	}
+	within := 5 * time.Second
+	if beforeWatch {
+		within = 3 * time.Second
+		var once sync.Once
+		testBeforeWatch = func() { once.Do(revoke) }
 	}
 	got := make(chan *dlock.Lease, 1)
 	go func() {
@@ -398,84 +432,22 @@ func TestSemaphoreWaiterLeaseLost(t *testing.T) {
 		}
 		got <- q
 	}()
-	waiter := e.waitKeys(t, "w", 2)[1]
-	if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/lease/revoke", map[string]string{"ID": waiter.Lease}, nil); err != nil {
-		t.Fatal(err)
+	if !beforeWatch {
+		e.waitKeys(t, "w", 2)
+		revoke()
 	}
-	// The waiter sees its key's deletion and queues again with a new key
-	// behind the holder, well before its next renewal (a third of the
-	// 30s TTL) would tell it.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		kvs := e.keys(t, "w")
-		if len(kvs) == 2 && kvs[1].Lease != waiter.Lease {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue again: %+v", kvs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := p.Release(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	q := <-got
-	if q == nil {
-		t.FailNow()
-	}
-	if dead, _ := strconv.ParseUint(waiter.CreateRevision, 10, 64); q.Token() <= dead {
-		t.Errorf("granted with token %d, the dead key's revision is %d", q.Token(), dead)
-	}
-	_ = q.Release(e.ctx)
-	e.noKeys(t)
-}
-
-// TestSemaphoreWaiterLeaseLostBeforeWatch: a waiter whose etcd lease is
-// revoked after it queued its key but before its watch started (so that
-// no event of the watch tells it) queues again as soon as its watch is
-// up, not at its next renewal, a third of the TTL later.
-func TestSemaphoreWaiterLeaseLostBeforeWatch(t *testing.T) {
-	e := newSemEnv(t, 2, 30*time.Second)
-	p, err := e.semaphore(t, 0, "b", 1).Acquire(e.ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	revoked := make(chan queueKV, 1)
-	var once sync.Once
-	testBeforeWatch = func() {
-		once.Do(func() {
-			kvs := e.keys(t, "b")
-			if len(kvs) != 2 {
-				t.Errorf("keys before the waiter's watch: %+v", kvs)
-				close(revoked)
-				return
-			}
-			if err := testenv.EtcdCall(e.ctx, e.addr, "/v3/lease/revoke", map[string]string{"ID": kvs[1].Lease}, nil); err != nil {
-				t.Error(err)
-			}
-			revoked <- kvs[1]
-		})
-	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		q, err := e.semaphore(t, 1, "b", 1).Acquire(e.ctx, nil)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- q
-	}()
 	dead, ok := <-revoked
 	if !ok {
 		t.FailNow()
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
-		kvs := e.keys(t, "b")
+		kvs := e.keys(t, "w")
 		if len(kvs) == 2 && kvs[1].Lease != dead.Lease {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue again within 3s of its lease's revocation (its renewal is due in 10s): %+v", kvs)
+			t.Fatalf("the waiter did not queue again within %v of its lease's revocation (its renewal is due in 10s): %+v", within, kvs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
