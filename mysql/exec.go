@@ -26,7 +26,7 @@ const (
 	grantTag = "/* dlock:grant */ "
 	// changedTag: the answer is one row, (TRUE), when the statement
 	// changed a row, and no row otherwise.
-	changedTag = "/* dlock:changed */ "
+	changedTag = sqllock.ChangedTag
 	// takeTag: as grantTag, for an UPDATE of the row when free whose
 	// WHERE evaluates LAST_INSERT_ID(fence) when the row is held: (the
 	// insert id, NULL) when it changed the row, (NULL, NULL) when it

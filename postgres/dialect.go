@@ -235,7 +235,10 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// server evaluates before the row lock is taken (the locking
 		// step sits above the scan) and so before any wait for it;
 		// NOWAIT does not wait. The idle timeout need only hold once the
-		// transaction is idle: the final SELECT sets it on the grant.
+		// transaction is idle: the final SELECT sets it on the grant, for
+		// the transaction alone; on the driver's own connections the
+		// release makes it the session's, and the next grant of the same
+		// TTL on that connection skips it (conn.sessionIdle).
 		args := []any{r.Name, ttl}
 		if !r.NoWait {
 			args = append(args, lockTimeout(r))
@@ -244,19 +247,9 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			args = append(args, r.Owner)
 		}
 		q := cached(t, stmtKind{name: "forupdate", noWait: r.NoWait, owner: r.Owner != ""}, func() string {
-			nowait, timeout := "", ""
-			if r.NoWait {
-				nowait = " NOWAIT"
-			} else {
-				timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
-			}
-			grant := "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
-			if r.Owner != "" {
-				grant += " AND " + announce("f", "$"+strconv.Itoa(len(args))+"::text", true)
-			}
-			return "WITH l AS (SELECT name FROM " + t.Q + " WHERE name = $1" + timeout + " FOR UPDATE" + nowait + ")," +
-				" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)" +
-				" SELECT f FROM g WHERE " + grant
+			q := forUpdateGrant(t, r, len(args), true)
+			idleSet.Store(q, forUpdateGrant(t, r, len(args), false))
+			return q
 		})
 		lock := []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(q, args...)}
 		if r.Create {
@@ -288,6 +281,34 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	})
 	return []sqllock.Stmt{sqllock.S(q, args...)}
 }
+
+// forUpdateGrant is the query of a forupdate grant with nargs arguments
+// (see Lock): the row locked, the token taken, and with setIdle the
+// transaction's idle_in_transaction_session_timeout set to $2. Without
+// setIdle, $2 is only read (a statement must use each of its arguments):
+// the variant for a session whose own idle timeout is $2 already.
+func forUpdateGrant(t sqllock.Table, r sqllock.Req, nargs int, setIdle bool) string {
+	nowait, timeout := "", ""
+	if r.NoWait {
+		nowait = " NOWAIT"
+	} else {
+		timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
+	}
+	grant := "$2::text IS NOT NULL"
+	if setIdle {
+		grant = "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
+	}
+	if r.Owner != "" {
+		grant += " AND " + announce("f", "$"+strconv.Itoa(nargs)+"::text", true)
+	}
+	return "WITH l AS (SELECT name FROM " + t.Q + " WHERE name = $1" + timeout + " FOR UPDATE" + nowait + ")," +
+		" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)" +
+		" SELECT f FROM g WHERE " + grant
+}
+
+// idleSet maps each forupdate grant query that sets the transaction's
+// idle timeout to its variant that does not (forUpdateGrant).
+var idleSet sync.Map
 
 // advisoryGrant is the query of an advisory grant: one row, the token,
 // when the lock of key $1 is taken (OFFSET 0 keeps the WHERE from being
@@ -475,7 +496,7 @@ func (dialect) VersionPeek(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 
 func (dialect) VersionRefresh(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version refresh"}, func() string {
-		return "UPDATE " + t.Q + " SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now() RETURNING true"
+		return sqllock.ChangedTag + "UPDATE " + t.Q + " SET expires_at = now() + $3::bigint * interval '1 microsecond' WHERE name = $1 AND fence = $2 AND expires_at > now()"
 	}), r.Name, r.Token, sqllock.Micros(r.TTL))}
 }
 
@@ -552,17 +573,17 @@ func handover(t sqllock.Table, match, held, me string) string {
 		"SELECT (CASE WHEN granted_to IS NOT NULL THEN pg_notify(granted_to, session || ' ' || fence) WHEN expires_at IS NULL AND waiters_until > now() THEN pg_notify($3, $1) END) IS NULL FROM up"
 }
 
-// VersionRelease frees the lease when nobody is queued for it, in the
-// statement of releases before the grant queue with one more condition
-// (the queue is empty, read on the row as updated): no row when waiters
-// are queued, and VersionHandover then hands the lease on. It notifies
-// the table's channel while waiters of earlier versions registered in
-// waiters_until.
+// VersionRelease frees the lease when nobody waits for it: no waiter
+// queued, none of an earlier version registered in waiters_until (read on
+// the row as updated). It is the floor's plain UPDATE, executed
+// (sqllock.ChangedTag): no row when it freed nothing, and VersionHandover
+// then hands the lease on, or frees it and notifies the table's channel
+// for the registered waiters, or finds it no longer held.
 func (dialect) VersionRelease(t sqllock.Table, r sqllock.Req) []sqllock.Stmt {
 	return []sqllock.Stmt{sqllock.S(cached(t, stmtKind{name: "version release"}, func() string {
-		return "WITH r AS (UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() AND queue IS NULL RETURNING name, waiters_until)" +
-			" SELECT (CASE WHEN r.waiters_until > now() THEN pg_notify($3, r.name) END) IS NULL FROM r"
-	}), r.Name, r.Token, r.Channel)}
+		return sqllock.ChangedTag + "UPDATE " + t.Q + " SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now() AND queue IS NULL" +
+			" AND (waiters_until IS NULL OR waiters_until <= now())"
+	}), r.Name, r.Token)}
 }
 
 // VersionHandover frees the lease or hands it to the first live waiter

@@ -46,14 +46,21 @@
 //     server's row-lock queue; Acquire's wait is bounded by the context's
 //     deadline (lock_timeout) and cut short by its cancellation. Release
 //     rolls back (nothing is committed, so nothing waits for a flush).
-//     The session sets idle_in_transaction_session_timeout to the
-//     lease TTL: a holder that stops talking (paused, partitioned) loses the
-//     lock after the TTL; a holder whose process dies loses it at once (its
-//     connection closes). The keep-alive (every TTL/3) pings the pinned
-//     connection, which restarts that timer. One round trip per acquire
-//     (a pgx batch: BEGIN, set_config, the locking SELECT, which takes the
-//     token from the sequence) and one per release (ROLLBACK). A held
-//     lease pins one connection; a pool of one connection is enough.
+//     The lease's transaction has idle_in_transaction_session_timeout
+//     set to the lease TTL: a holder that stops talking (paused,
+//     partitioned) loses the lock after the TTL; a holder whose process
+//     dies loses it at once (its connection closes). The keep-alive
+//     (every TTL/3) pings the pinned connection, which restarts that
+//     timer. One round trip per acquire (a pgx batch: BEGIN, the locking
+//     SELECT, which takes the token from the sequence and sets the idle
+//     timeout for its transaction) and one per release (ROLLBACK). On the
+//     connections of a pool opened from a URL, a release also makes the
+//     TTL the session's own idle timeout (a SET after the ROLLBACK, in
+//     the same round trip), and the next grant of that TTL on the
+//     session sets nothing; a session whose value differs from a grant's
+//     TTL gets the grant's own, for its transaction. A pool passed in
+//     (OpenLocker) keeps its sessions' settings. A held lease pins one
+//     connection; a pool of one connection is enough.
 //   - version: an optimistic lease row: a conditional UPDATE … WHERE
 //     expires_at <= now() takes it (INSERT … ON CONFLICT DO UPDATE for a
 //     name the Locker has not found yet, which creates a missing row),

@@ -2,16 +2,20 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/sqllock/sqltest"
 	"github.com/dlock-go/dlock/internal/testenv"
+	"github.com/dlock-go/dlock/postgres"
 )
 
 // TestForUpdateAnnouncesOnlyWithOwner: a forupdate lease with an Owner
@@ -103,5 +107,133 @@ func TestForUpdatePoolFull(t *testing.T) {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestForUpdateSessionIdleTimeout: on the driver's own connections a
+// forupdate release makes the lease's TTL the session's
+// idle_in_transaction_session_timeout, and the next grant of the same TTL
+// on that session skips setting it (a cost of the server's per grant).
+// The server still ends an idle lease at its TTL when its grant set
+// nothing, and a session's value shorter than a lease's TTL never ends
+// that lease early: such a grant sets its own, for its transaction.
+func TestForUpdateSessionIdleTimeout(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	sc, err := pgx.Connect(ctx, srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(context.Background())
+	table := fmt.Sprintf("sessidle_%d", time.Now().UnixNano())
+	// One connection: every lease runs on the same session.
+	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", table, "pool_max_conns", "1"))
+	other := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", table))
+	const name = "sessidle"
+	const short, long = 300 * time.Millisecond, 3 * time.Second
+	// grant takes the lease with ttl and reports whether its statement
+	// set the idle timeout (the holder's last statement, read from
+	// pg_stat_activity).
+	grant := func(ttl time.Duration) (*dlock.Lease, bool) {
+		t.Helper()
+		ls, err := l.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: ttl, NoKeepAlive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := sqltest.HolderSession(ctx, other, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var query string
+		if err := sc.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", pid).Scan(&query); err != nil {
+			t.Fatal(err)
+		}
+		return ls, strings.Contains(query, "idle_in_transaction_session_timeout")
+	}
+	release := func(ls *dlock.Lease) {
+		t.Helper()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		ttl  time.Duration
+		sets bool // the grant sets the idle timeout
+	}{
+		{short, true},  // a new session: set; the release makes it the session's
+		{long, true},   // the session's is shorter: set for this lease
+		{long, false},  // the session's is the TTL
+		{short, true},  // the session's is longer: set
+		{short, false}, // the session's is the TTL
+	}
+	for i, s := range steps {
+		ls, sets := grant(s.ttl)
+		if sets != s.sets {
+			t.Fatalf("step %d (TTL %v): the grant set the idle timeout: %v, want %v", i, s.ttl, sets, s.sets)
+		}
+		if i == 1 {
+			// The session's 300ms must not end this lease of 3s.
+			time.Sleep(time.Second)
+			if _, err := other.TryAcquire(ctx, name, nil); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("a lease of %v taken by another Locker after 1s idle: %v", long, err)
+			}
+		}
+		if i == len(steps)-1 {
+			break
+		}
+		release(ls)
+	}
+	// The last grant set nothing: the session's own timeout ends it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ls, err := other.TryAcquire(ctx, name, nil)
+		if err == nil {
+			release(ls)
+			break
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatalf("the idle lease of %v without its own setting was not ended by the server: %v", short, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestForUpdateUserPoolKeepsSettings: on a pool passed in (OpenLocker)
+// a forupdate lease changes none of its session's settings.
+func TestForUpdateUserPoolKeepsSettings(t *testing.T) {
+	srv := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	pc, err := pgxpool.ParseConfig(srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	p, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := postgres.OpenLocker(p, &postgres.Options{Strategy: "forupdate", Table: fmt.Sprintf("userpool_%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for range 3 {
+		ls, err := l.TryAcquire(ctx, "userpool", &dlock.AcquireOptions{TTL: 7 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var idle string
+	if err := p.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idle); err != nil {
+		t.Fatal(err)
+	}
+	if idle != "0" {
+		t.Fatalf("the user's session has idle_in_transaction_session_timeout %s after dlock's leases, want its own 0", idle)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -324,6 +325,61 @@ func TestVersionOldReleaser(t *testing.T) {
 	}
 	if err := ls.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("the old holder's release after the handover: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestVersionReleaseWakesOlderWaiters: a release frees the lease and
+// notifies the table's channel with the name while a waiter of a dlock
+// before the grant queue is registered in waiters_until, and notifies
+// nothing once that registration has lapsed (the plain release that the
+// uncontended path runs).
+func TestVersionReleaseWakesOlderWaiters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	holder := sqltest.Open(t, ctx, versionURL(t))
+	table := sqltest.Core(holder).Table()
+	c, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{table.Channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	name := queuedName("olderwaiter")
+	for _, registered := range []bool{true, false} {
+		ls, err := holder.TryAcquire(ctx, name, &dlock.AcquireOptions{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What a waiter of a dlock before the grant queue writes.
+		until := "now() + interval '1 minute'"
+		if !registered {
+			until = "now() - interval '1 second'"
+		}
+		if _, err := c.Exec(ctx, "UPDATE "+table.Q+" SET waiters_until = "+until+" WHERE name = $1", name); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("release (waiter registered: %v): %v", registered, err)
+		}
+		var free bool
+		if err := c.QueryRow(ctx, "SELECT expires_at IS NULL FROM "+table.Q+" WHERE name = $1", name).Scan(&free); err != nil || !free {
+			t.Fatalf("after the release (waiter registered: %v): free %v, %v", registered, free, err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		n, err := c.WaitForNotification(wctx)
+		wcancel()
+		switch {
+		case registered && err != nil:
+			t.Fatalf("no notification for the registered waiter: %v", err)
+		case registered && n.Payload != name:
+			t.Fatalf("notification %q, want %q", n.Payload, name)
+		case !registered && err == nil:
+			t.Fatalf("notification %q with no waiter registered", n.Payload)
+		case !registered && !pgconn.Timeout(err):
+			t.Fatalf("waiting for no notification: %v", err)
+		}
 	}
 }
 

@@ -86,6 +86,15 @@ type Stmt struct {
 // their scripts read as SQL.
 func S(sql string, args ...any) Stmt { return Stmt{SQL: sql, Args: args} }
 
+// ChangedTag starts a script's last statement that is to be executed, not
+// queried: its answer is one row, (TRUE), when the statement changed a
+// row, and no row otherwise. The count of rows changed comes with the
+// statement's completion (PostgreSQL's command tag, MySQL's OK packet),
+// so the statement needs no RETURNING or SELECT, and the client decodes
+// no row: a conditional release or refresh then costs what the floor's
+// plain UPDATE does.
+const ChangedTag = "/* dlock:changed */ "
+
 // Conn is one connection pinned for the life of a lease (or an attempt).
 type Conn interface {
 	// Run executes stmts in order on this connection, in as few round trips
@@ -152,7 +161,9 @@ type VersionQueuer interface {
 	VersionWait(t Table, r Req, entry time.Duration) []Stmt
 	// VersionHandover frees r.Token's lease, or hands it to the first
 	// live waiter: a row when it was held. (VersionRelease frees it only
-	// when nobody is queued, and returns no row otherwise.)
+	// when nobody waits for it, and returns no row otherwise; the Locker
+	// then runs VersionHandover, which also notifies r.Channel, the
+	// table's, for waiters that do not queue.)
 	VersionHandover(t Table, r Req) []Stmt
 }
 
