@@ -16,7 +16,7 @@ import (
 // refreshed every second: a fifth of a core), nearly all of it in the
 // two requests' system calls (a write and a read each) and in the
 // goroutine wakes around them, not in the work of the messages. So the
-// refreshes that come within refreshWindow of each other go together: the
+// refreshes that come within batch.Window of each other go together: the
 // renewals in one write on the keep-alive stream, the reads of the keys in
 // one read-only transaction (one linearizable read on the server), both in
 // flight together.
@@ -26,7 +26,7 @@ import (
 // while the portable layer measures its deadline from the start of the
 // call, which is earlier: the server holds the etcd lease longer than the
 // deadline assumes. What a batch costs is the wait for it: a refresh
-// answers up to refreshWindow later.
+// answers up to batch.Window later.
 type refresher struct {
 	l     *locker
 	batch batch.Batcher[*refreshCall] // Send: r.sendBatch
@@ -45,12 +45,6 @@ type refreshCall struct {
 	readErr  error // the read of the key failed (kv unknown)
 }
 
-// refreshWindow is how long a refresh waits for others to join its batch:
-// a 200th of the TTL (a refresh comes every third), at most 20ms.
-func refreshWindow(ttl int64) time.Duration {
-	return min(time.Duration(ttl)*time.Second/200, 20*time.Millisecond)
-}
-
 // maxRefreshBatch is the most keys one transaction reads: etcd's default
 // limit of operations per transaction (--max-txn-ops).
 const maxRefreshBatch = 128
@@ -60,7 +54,7 @@ const maxRefreshBatch = 128
 func (r *refresher) refresh(ctx context.Context, ls *lease) (*refreshCall, error) {
 	c := &refreshCall{ls: ls, done: make(chan struct{})}
 	c.deadline, _ = ctx.Deadline()
-	r.batch.Add(c, refreshWindow(ls.ttl))
+	r.batch.Add(c, batch.Window(time.Duration(ls.ttl)*time.Second))
 	select {
 	case <-c.done:
 		return c, nil

@@ -108,20 +108,21 @@ func OpenLocker(client goredis.UniversalClient, opts *Options) (*dlock.Locker, e
 
 // locker is the driver for one Redis server or one Redis Cluster.
 type locker struct {
-	client  goredis.UniversalClient
-	owned   bool // opened from a URL: Close closes it
-	prefix  string
-	cluster *goredis.ClusterClient // nil for a single server
-	grants  *grantHub
-	gch     string // the grant channel, but per slot in a Cluster with sharded pub/sub
-	gchArg  any    // gch, boxed
-	names   *nameCache
-	values  *grantValues
-	ttl     ttlArg
-	gate    evictionGate
-	semHub  *hub              // wakes the waiters of semaphores (semaphore.go)
-	sems    *nameCache        // semaphore names
-	clog    *driver.ClientLog // the client's dial failures (opened from a URL), or nil
+	client    goredis.UniversalClient
+	owned     bool // opened from a URL: Close closes it
+	prefix    string
+	cluster   *goredis.ClusterClient // nil for a single server
+	grants    *grantHub
+	gch       string // the grant channel, but per slot in a Cluster with sharded pub/sub
+	gchArg    any    // gch, boxed
+	names     *nameCache
+	values    *grantValues
+	ttl       ttlArg
+	gate      evictionGate
+	semHub    *hub              // wakes the waiters of semaphores (semaphore.go)
+	refresher *refresher        // batches the leases' refreshes
+	sems      *nameCache        // semaphore names
+	clog      *driver.ClientLog // the client's dial failures (opened from a URL), or nil
 
 	mu     sync.Mutex
 	pubCmd any // "PUBLISH" or "SPUBLISH" once known
@@ -135,7 +136,8 @@ var (
 )
 
 func newLocker(client goredis.UniversalClient, owned bool, prefix string) *locker {
-	l := &locker{client: client, owned: owned, prefix: prefix, values: newGrantValues()}
+	l := &locker{client: client, owned: owned, prefix: prefix, values: newGrantValues(),
+		refresher: newRefresher([]goredis.UniversalClient{client}, 0)}
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		l.cluster = cc
 		l.grants = newGrantHub(l.openCluster)
@@ -233,6 +235,7 @@ func (l *locker) Capabilities() driver.Capabilities {
 }
 
 func (l *locker) Close() error {
+	l.refresher.close()
 	err := errors.Join(l.grants.close(), l.semHub.close())
 	if l.owned {
 		if cerr := l.client.Close(); cerr != nil && !errors.Is(cerr, goredis.ErrClosed) {
@@ -465,8 +468,20 @@ func (ls *lease) Lost() <-chan struct{} { return nil }
 // for TryAcquire: its request's start).
 func (ls *lease) GrantedAt() time.Time { return ls.grantedAt }
 
+// Refresh extends the lease in the Locker's next batch of refreshes (one
+// pipeline: refresher).
 func (ls *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	return refreshOn(ctx, ls.l.client, ls.n, ls.valueArg, ls.l.ttl.get(ttl))
+	out, err := ls.l.refresher.refresh(ctx, ls.n, ls.valueArg, ls.l.ttl.get(ttl), ttl)
+	if err != nil {
+		return err
+	}
+	switch o := out[0]; {
+	case o.err != nil:
+		return fmt.Errorf("redis: refresh: %w", o.err)
+	case !o.ok:
+		return fmt.Errorf("redis: refresh: %w", driver.ErrNotHeld)
+	}
+	return nil
 }
 
 func (ls *lease) Release(ctx context.Context) error {

@@ -52,6 +52,7 @@ type redlock struct {
 	gate        evictionGate
 	clog        *driver.ClientLog // the clients' dial failures (opened from a URL), or nil
 	crew        *crew             // runs the calls to the nodes
+	refresher   *refresher        // batches the leases' refreshes
 }
 
 var (
@@ -69,6 +70,7 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 		nodeTimeout: nodeTimeout,
 		values:      newGrantValues(),
 		crew:        newCrew(crewKeep * len(nodes)),
+		refresher:   newRefresher(nodes, nodeTimeout),
 	}
 	// A waiter subscribes on every node: a release publishes on every node
 	// it deletes from, so wake-ups survive the loss of a minority. The
@@ -130,6 +132,7 @@ func (r *redlock) Capabilities() driver.Capabilities {
 }
 
 func (r *redlock) Close() error {
+	r.refresher.close()
 	err := r.hub.close()
 	r.crew.close()
 	if r.owned {
@@ -442,24 +445,14 @@ func (ls *rlease) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	budget := ttl - drift(ttl)
 	ttlArg := r.ttl.get(ttl)
-	results := r.fanout(ctx, min(r.nodeTimeout, max(budget, time.Millisecond)), func(ctx context.Context, c goredis.UniversalClient) outcome {
-		err := refreshOn(ctx, c, ls.k, ls.valueArg, ttlArg)
-		if errors.Is(err, driver.ErrNotHeld) {
-			return outcome{}
-		}
-		return outcome{ok: err == nil, err: err}
-	})
 	n := len(r.nodes)
 	var t tally
-wait:
-	for answered := 0; answered < n && t.ok < r.quorum && answered-t.ok <= n-r.quorum; answered++ {
-		select {
-		case o := <-results:
-			t.add(o)
-		case <-ctx.Done():
-			t.errs = append(t.errs, ctx.Err())
-			break wait
-		}
+	out, err := r.refresher.refresh(ctx, ls.k, ls.valueArg, ttlArg, ttl)
+	if err != nil {
+		t.errs = append(t.errs, err)
+	}
+	for _, o := range out {
+		t.add(o)
 	}
 	switch {
 	case t.ok >= r.quorum && time.Since(start) < budget:

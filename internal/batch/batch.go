@@ -72,3 +72,11 @@ func (b *Batcher[T]) takeLocked() []T {
 	}
 	return items
 }
+
+// Window is how long a keep-alive refresh of a lease of ttl waits for
+// others to join its batch: a 200th of the TTL (a refresh comes every
+// third), at most 20ms. The refresh answers that much later at most; the
+// portable layer measures the lease's deadline from the refresh's start.
+func Window(ttl time.Duration) time.Duration {
+	return min(ttl/200, 20*time.Millisecond)
+}

@@ -22,7 +22,7 @@ type VersionBatcher interface {
 // not semaphores' permits): one lease's refresh is its own UPDATE and
 // round trip, and 1 000 leases held by one Locker, each refreshed every
 // third of its TTL, cost the client more in statements and goroutine
-// wakes than in work. The refreshes that come within refreshWindow of the
+// wakes than in work. The refreshes that come within batch.Window of the
 // first go together in one statement (VersionBatcher), at most
 // maxRefreshBatch of them; when it extends every one of its leases, it
 // answers them all. When it extends fewer (a lease was lost, expired or
@@ -34,14 +34,14 @@ type VersionBatcher interface {
 // (the portable layer measures its deadline from that start), and the
 // statement matches each row by name AND token, unexpired: it extends no
 // lease that is not its own, and none released before it runs. What a
-// batch costs is the wait for it: a refresh answers up to refreshWindow
+// batch costs is the wait for it: a refresh answers up to batch.Window
 // later.
 type refresher struct {
 	l *Locker
 	b VersionBatcher
 
 	batch batch.Batcher[*refreshCall] // Send: f.sendBatch
-	// window, when set, replaces refreshWindow (tests).
+	// window, when set, replaces batch.Window (tests).
 	window time.Duration
 }
 
@@ -61,12 +61,6 @@ type refreshCall struct {
 	err   error // the statement failed
 }
 
-// refreshWindow is how long a refresh waits for others to join its batch:
-// a 200th of the TTL (a refresh comes every third), at most 20ms.
-func refreshWindow(ttl time.Duration) time.Duration {
-	return min(ttl/200, 20*time.Millisecond)
-}
-
 // maxRefreshBatch is the most leases one statement refreshes.
 const maxRefreshBatch = 256
 
@@ -74,7 +68,7 @@ const maxRefreshBatch = 256
 // still held, or the statement's error, or ctx's.
 func (f *refresher) refresh(ctx context.Context, r Req, ttl time.Duration) (bool, error) {
 	c := &refreshCall{r: r, ttl: ttl, done: make(chan struct{})}
-	w := refreshWindow(ttl)
+	w := batch.Window(ttl)
 	if f.window > 0 {
 		w = f.window
 	}
