@@ -1,9 +1,12 @@
 package redis
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // waitMembers waits until c has want members or fewer.
@@ -66,4 +69,48 @@ func TestCrewCloseEndsItsMembers(t *testing.T) {
 	<-ran
 	waitMembers(t, c, 0)
 	c.close() // twice is harmless
+}
+
+// TestRedlockCrewServesConcurrentAttempts: a Redlock Locker's crew keeps
+// as many members as its clients' pools can serve requests at once, so
+// that 32 goroutines acquiring and releasing distinct names, round after
+// round, find members whose stacks have grown (a crew of a few members a
+// node started new goroutines for most of their node calls, each growing
+// its stack again).
+func TestRedlockCrewServesConcurrentAttempts(t *testing.T) {
+	ctx := testCtx(t)
+	tg := redlockTarget(t, 3)
+	drv, err := openURL(ctx, tg.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	c := drv.(*redlock).crew
+	const goroutines, rounds = 32, 10
+	round := func() {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				ls, err := drv.TryAcquire(ctx, driver.Request{Name: fmt.Sprintf("%s/%d", t.Name(), g), TTL: 10 * time.Second})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	round() // the crew grows to the burst
+	started := c.started.Load()
+	for range rounds {
+		round()
+	}
+	// Each round makes 32 attempts and 32 releases of 3 node calls.
+	calls := int64(rounds * goroutines * 2 * len(tg.raw))
+	if n := c.started.Load() - started; n > calls/10 {
+		t.Fatalf("%d members started for %d node calls after the first round, want at most %d", n, calls, calls/10)
+	}
 }

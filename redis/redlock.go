@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -69,7 +70,7 @@ func newRedlock(nodes []goredis.UniversalClient, owned bool, prefix string, node
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: nodeTimeout,
 		values:      newGrantValues(),
-		crew:        newCrew(crewKeep * len(nodes)),
+		crew:        newCrew(crewKeep(nodes)),
 		refresher:   newRefresher(nodes, nodeTimeout),
 	}
 	// A waiter subscribes on every node: a release publishes on every node
@@ -192,9 +193,23 @@ func (r *redlock) fanout(ctx context.Context, timeout time.Duration, op func(ctx
 	return out
 }
 
-// crewKeep is how many idle members per node a Redlock Locker's crew
-// keeps: the calls of a few concurrent attempts and of their clean-ups.
-const crewKeep = 4
+// crewKeep is how many idle members a Redlock Locker's crew keeps: as
+// many as its clients can have requests in flight at once (each node's
+// connection pool), so that concurrent attempts up to what the pools
+// serve find members whose stacks have grown already (32 goroutines of
+// one Locker on distinct names: 96 node calls at once). An idle member
+// costs its stack, a few KB.
+func crewKeep(nodes []goredis.UniversalClient) int {
+	n := 0
+	for _, c := range nodes {
+		size := 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		if o, ok := c.(*goredis.Client); ok && o.Options().PoolSize > 0 {
+			size = o.Options().PoolSize
+		}
+		n += size
+	}
+	return n
+}
 
 // sharedDeadline is a fanout's context's cancel, called by the last of its
 // calls to return.
