@@ -199,10 +199,11 @@ func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool
 // the setting of its idle timeout (a cost of the server's per grant):
 // a session whose own idle_in_transaction_session_timeout is the TTL
 // already (set by an earlier release) runs the grant's variant that sets
-// nothing; any other grant sets it for its transaction, as on a user's
-// pool, and its release, a ROLLBACK alone, then makes it the session's
-// with a SET after the ROLLBACK, in the same round trip (a SET inside the
-// lease's transaction would be rolled back with it). set is the value the
+// nothing (without the timeout's argument); any other grant sets it for
+// its transaction, as on a user's pool, and its release, a ROLLBACK
+// alone, then makes it the session's with a SET after the ROLLBACK, in
+// the same round trip (a SET inside the lease's transaction would be
+// rolled back with it). set is the value the
 // returned script gives the session when it succeeds ("": none). A
 // session's value is never less than the TTL of a grant that relies on
 // it: it is the same value, or the grant sets its own.
@@ -225,7 +226,7 @@ func (c *conn) sessionIdle(stmts []sqllock.Stmt) (out []sqllock.Stmt, set string
 	}
 	if have, _ := c.c.Conn().PgConn().CustomData()[sessionIdleKey].(string); have == ttl {
 		out = slices.Clone(stmts)
-		out[len(out)-1].SQL = variant.(string)
+		out[len(out)-1] = sqllock.Stmt{SQL: variant.(string), Args: slices.Delete(slices.Clone(last.Args), 1, 2)}
 		return out, ""
 	}
 	c.idle = ttl

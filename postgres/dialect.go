@@ -247,8 +247,8 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			args = append(args, r.Owner)
 		}
 		q := cached(t, stmtKind{name: "forupdate", noWait: r.NoWait, owner: r.Owner != ""}, func() string {
-			q := forUpdateGrant(t, r, len(args), true)
-			idleSet.Store(q, forUpdateGrant(t, r, len(args), false))
+			q := forUpdateGrant(t, r, true)
+			idleSet.Store(q, forUpdateGrant(t, r, false))
 			return q
 		})
 		lock := []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(q, args...)}
@@ -282,32 +282,38 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 	return []sqllock.Stmt{sqllock.S(q, args...)}
 }
 
-// forUpdateGrant is the query of a forupdate grant with nargs arguments
-// (see Lock): the row locked, the token taken, and with setIdle the
-// transaction's idle_in_transaction_session_timeout set to $2. Without
-// setIdle, $2 is only read (a statement must use each of its arguments):
-// the variant for a session whose own idle timeout is $2 already.
-func forUpdateGrant(t sqllock.Table, r sqllock.Req, nargs int, setIdle bool) string {
-	nowait, timeout := "", ""
-	if r.NoWait {
-		nowait = " NOWAIT"
-	} else {
-		timeout = " AND set_config('lock_timeout', $3, true) IS NOT NULL"
-	}
-	grant := "$2::text IS NOT NULL"
+// forUpdateGrant is the query of a forupdate grant (see Lock): the row
+// locked, the token taken, and with setIdle the transaction's
+// idle_in_transaction_session_timeout set. Its arguments are Lock's: the
+// name, the idle timeout, a wait's lock_timeout, the owner. Without
+// setIdle, the variant for a session whose own idle timeout is the TTL
+// already, the idle timeout is not an argument (the others move up one),
+// and a grant that announces nothing is the floor's statement.
+func forUpdateGrant(t sqllock.Table, r sqllock.Req, setIdle bool) string {
+	n := 1
+	next := func() string { n++; return "$" + strconv.Itoa(n) }
+	var grant []string
 	if setIdle {
-		grant = "set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL"
+		grant = append(grant, "set_config('idle_in_transaction_session_timeout', "+next()+", true) IS NOT NULL")
+	}
+	nowait, timeout := " NOWAIT", ""
+	if !r.NoWait {
+		nowait, timeout = "", " AND set_config('lock_timeout', "+next()+", true) IS NOT NULL"
 	}
 	if r.Owner != "" {
-		grant += " AND " + announce("f", "$"+strconv.Itoa(nargs)+"::text", true)
+		grant = append(grant, announce("f", next()+"::text", true))
 	}
-	return "WITH l AS (SELECT name FROM " + t.Q + " WHERE name = $1" + timeout + " FOR UPDATE" + nowait + ")," +
-		" g AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END AS f FROM l)" +
-		" SELECT f FROM g WHERE " + grant
+	lock := "SELECT name FROM " + t.Q + " WHERE name = $1" + timeout + " FOR UPDATE" + nowait
+	token := "CASE WHEN EXISTS (SELECT 1 FROM " + t.Live + ") THEN " + nextval(t) + " ELSE 0 END"
+	if len(grant) == 0 {
+		return "WITH l AS MATERIALIZED (" + lock + ") SELECT " + token + " FROM l"
+	}
+	return "WITH l AS (" + lock + "), g AS (SELECT " + token + " AS f FROM l) SELECT f FROM g WHERE " + strings.Join(grant, " AND ")
 }
 
 // idleSet maps each forupdate grant query that sets the transaction's
-// idle timeout to its variant that does not (forUpdateGrant).
+// idle timeout to its variant that does not (forUpdateGrant), which takes
+// the same arguments but the second.
 var idleSet sync.Map
 
 // advisoryGrant is the query of an advisory grant: one row, the token,
