@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -27,11 +26,7 @@ func TestForUpdateAnnouncesOnlyWithOwner(t *testing.T) {
 	srv := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	sc, err := pgx.Connect(ctx, srv.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close(context.Background())
+	sc := rawConn(t, ctx)
 	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate"))
 	const name = "announce"
 	announced := func(pid int64) string {
@@ -121,11 +116,7 @@ func TestForUpdateSessionIdleTimeout(t *testing.T) {
 	srv := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	sc, err := pgx.Connect(ctx, srv.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close(context.Background())
+	sc := rawConn(t, ctx)
 	table := fmt.Sprintf("sessidle_%d", time.Now().UnixNano())
 	// One connection: every lease runs on the same session.
 	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", table, "pool_max_conns", "1"))

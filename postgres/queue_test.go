@@ -24,6 +24,18 @@ func versionURL(t *testing.T) string {
 }
 
 // queuedName returns a fresh name of the test.
+// rawConn is a plain connection to the test server, closed at the end
+// of the test: for checks and changes behind the driver's back.
+func rawConn(t *testing.T, ctx context.Context) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
 func queuedName(prefix string) string { return fmt.Sprintf("%s/%d", prefix, time.Now().UnixNano()) }
 
 // acquireAsync starts a blocking Acquire of name by l; its lease (nil on
@@ -251,11 +263,7 @@ func TestVersionQueueOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A dead waiter's entry, expired, first in the queue.
-	c, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := rawConn(t, ctx)
 	table := sqltest.Core(op).Table().Q
 	if _, err := c.Exec(ctx, "UPDATE "+table+` SET queue = '[{"w": 1, "o": "dead", "t": 60000000, "c": "nobody", "e": 0}]' WHERE name = $1`, name); err != nil {
 		t.Fatal(err)
@@ -310,11 +318,7 @@ func TestVersionOldReleaser(t *testing.T) {
 	}
 	got := acquireAsync(t, ctx, waiter, name, &dlock.AcquireOptions{TTL: 2 * time.Second})
 	awaitWaiters(t, ctx, op, name, 1)
-	c, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := rawConn(t, ctx)
 	// The release statement of dlock before the grant queue.
 	if _, err := c.Exec(ctx, "UPDATE "+sqltest.Core(op).Table().Q+" SET expires_at = NULL WHERE name = $1 AND fence = $2 AND expires_at > now()", name, int64(ls.Token())); err != nil {
 		t.Fatal(err)
@@ -338,11 +342,7 @@ func TestVersionReleaseWakesOlderWaiters(t *testing.T) {
 	defer cancel()
 	holder := sqltest.Open(t, ctx, versionURL(t))
 	table := sqltest.Core(holder).Table()
-	c, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := rawConn(t, ctx)
 	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{table.Channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -390,11 +390,7 @@ func TestVersionOldTable(t *testing.T) {
 	srv := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, err := pgx.Connect(ctx, srv.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
+	c := rawConn(t, ctx)
 	table := fmt.Sprintf("old_locks_%d", time.Now().UnixNano())
 	if _, err := c.Exec(ctx, `CREATE TABLE `+table+` (name text PRIMARY KEY, fence bigint NOT NULL DEFAULT 0, owner text NOT NULL DEFAULT '',
 		acquired_at timestamptz, expires_at timestamptz, session bigint)`); err != nil {
@@ -441,11 +437,7 @@ func TestVersionTryTakesNoRowLock(t *testing.T) {
 	if _, err := other.TryAcquire(ctx, name, nil); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("first try of a held name: %v, want ErrNotAcquired", err)
 	}
-	c, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := rawConn(t, ctx)
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

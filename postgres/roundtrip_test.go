@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -64,11 +63,7 @@ func TestRoundTrips(t *testing.T) {
 			l, f := countedLocker(t, strategy)
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			sc, err := pgx.Connect(ctx, testenv.Postgres(t).DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sc.Close(context.Background())
+			sc := rawConn(t, ctx)
 			cycle := sqltest.Cycle(t, ctx, l, "rt")
 			if fresh {
 				i := 0

@@ -80,11 +80,7 @@ func TestCrewCloseEndsItsMembers(t *testing.T) {
 func TestRedlockCrewServesConcurrentAttempts(t *testing.T) {
 	ctx := testCtx(t)
 	tg := redlockTarget(t, 3)
-	drv, err := openURL(ctx, tg.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
+	drv := openDriver(t, ctx, tg)
 	c := drv.(*redlock).crew
 	const goroutines, rounds = 32, 10
 	round := func() {

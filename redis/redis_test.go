@@ -88,6 +88,17 @@ func forEach(t *testing.T, f func(t *testing.T, tg *target)) {
 	}
 }
 
+// openDriver opens the driver of tg's URL, closed at the end of the test.
+func openDriver(t testing.TB, ctx context.Context, tg *target) driver.Locker {
+	t.Helper()
+	drv, err := openURL(ctx, tg.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	return drv
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -461,11 +472,7 @@ func TestNoForeignRelease(t *testing.T) {
 		}
 		defer lb.Release(ctx)
 		// The driver's own calls, below the portable layer's bookkeeping.
-		drv, err := openURL(ctx, tg.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer drv.Close()
+		drv := openDriver(t, ctx, tg)
 		old, err := drv.TryAcquire(ctx, driver.Request{Name: name + "/other", TTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -487,11 +494,7 @@ func TestNoForeignRelease(t *testing.T) {
 func TestDriverRefreshRelease(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
 		ctx := testCtx(t)
-		drv, err := openURL(ctx, tg.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer drv.Close()
+		drv := openDriver(t, ctx, tg)
 		name := uniqueName(t)
 		ls, err := drv.TryAcquire(ctx, driver.Request{Name: name, TTL: 10 * time.Second})
 		if err != nil {

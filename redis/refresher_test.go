@@ -18,11 +18,7 @@ import (
 func TestRefreshesShareAPipeline(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
 		ctx := testCtx(t)
-		drv, err := openURL(ctx, tg.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer drv.Close()
+		drv := openDriver(t, ctx, tg)
 		var f *refresher
 		switch d := drv.(type) {
 		case *locker:
@@ -35,6 +31,7 @@ func TestRefreshesShareAPipeline(t *testing.T) {
 		names := make([]string, n)
 		for i := range leases {
 			names[i] = uniqueName(t)
+			var err error
 			if leases[i], err = drv.TryAcquire(ctx, driver.Request{Name: names[i], TTL: 10 * time.Second}); err != nil {
 				t.Fatal(err)
 			}

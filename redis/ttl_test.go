@@ -93,11 +93,7 @@ func TestTTLRange(t *testing.T) {
 		}
 
 		// The driver declares the same range (the portable layer relies on it).
-		drv, err := openURL(ctx, tg.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer drv.Close()
+		drv := openDriver(t, ctx, tg)
 		if c := drv.Capabilities(); c.MinTTL != wantMin || c.MaxTTL != MaxTTL {
 			t.Errorf("driver TTL range [%v, %v]", c.MinTTL, c.MaxTTL)
 		}
