@@ -203,10 +203,10 @@ func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool
 // its transaction, as on a user's pool, and its release, a ROLLBACK
 // alone, then makes it the session's with a SET after the ROLLBACK, in
 // the same round trip (a SET inside the lease's transaction would be
-// rolled back with it). set is the value the
-// returned script gives the session when it succeeds ("": none). A
-// session's value is never less than the TTL of a grant that relies on
-// it: it is the same value, or the grant sets its own.
+// rolled back with it). set is the value the returned script gives the
+// session when it succeeds ("": none). A session's value is never less
+// than the TTL of a grant that relies on it: it is the same value, or the
+// grant sets its own.
 func (c *conn) sessionIdle(stmts []sqllock.Stmt) (out []sqllock.Stmt, set string) {
 	if !c.owned || len(stmts) == 0 {
 		return stmts, ""
