@@ -47,15 +47,28 @@ const ScaleClients = 32
 
 // scaleRounds is the rounds of the names curve: in each, dlock and the
 // floor run one slice each, in an order that alternates every round. The
-// point's time is split into many short slices rather than a few long
-// ones: the load of a shared machine drifts over hundreds of
-// milliseconds, and a pair of adjacent short slices sees the same load,
-// so the paired ratios vary less; and 10 rounds give the median a 95 %
-// interval from the 2nd to the 9th ratio, where 3 rounds gave their
-// minimum and maximum (75 %), too wide (±30 % at times) to tell 0.8 from
-// 1.0. A slice (w.Duration/20: 15 ms with -quick) still holds a few
-// hundred grants on Redis and tens on the SQL strategies.
+// point's time is split into slices rather than a few long runs: the load
+// of a shared machine drifts over seconds, and a pair of adjacent slices
+// sees the same load, so the paired ratios vary less; and 10 rounds give
+// the median a 95 % interval from the 2nd to the 9th ratio, where 3
+// rounds gave their minimum and maximum (75 %), too wide to tell 0.8
+// from 1.0. A slice is ScaleNamesTime/20: 100 ms (30 ms with -quick).
 const scaleRounds = 10
+
+// ScaleNamesTime is the time of one point of the names curve, split
+// between dlock and its floor in 2·scaleRounds slices; the other curves'
+// points take the scale workload's own time. Slices of 22.5 ms (a 450 ms
+// point) measured every SQL strategy 5-10 % lower against its floor than
+// slices of 90 or 180 ms did, and with intervals of ±20-30 % where the
+// longer slices' were ±3-10 % (the same binary, PostgreSQL and MySQL,
+// 10 000 names, one run after the other): each slice begins with the
+// other side's rows, code and connections in the CPU caches and the
+// server's buffers, a cost the shorter the slice the larger its share, and
+// one a steady load does not pay.
+const (
+	ScaleNamesTime      = 2 * time.Second
+	ScaleNamesTimeQuick = 600 * time.Millisecond
+)
 
 // ScaleLeaseTTL is the TTL of the leases curve's leases. The default TTL
 // (30 s) refreshes every 10 s, so a window of a few seconds would see no
@@ -73,13 +86,13 @@ var scalePoints = map[string][]int{
 }
 
 // scaleWorkloads returns the scale workloads: every point of every
-// curve, d being one point's measured time (the names curve splits it
-// between dlock and its floor; the leases curve measures its window and
-// the idle one of that length).
-func scaleWorkloads(d time.Duration) []Workload {
+// curve, names being a names point's time (split between dlock and its
+// floor) and d the other points' measured time (the leases curve
+// measures its window and the idle one of that length).
+func scaleWorkloads(d, names time.Duration) []Workload {
 	var ws []Workload
 	for _, n := range scalePoints[ScaleNames] {
-		ws = append(ws, Workload{Kind: Scale, Axis: ScaleNames, Clients: ScaleClients, Names: n, Duration: d})
+		ws = append(ws, Workload{Kind: Scale, Axis: ScaleNames, Clients: ScaleClients, Names: n, Duration: names})
 	}
 	for _, n := range scalePoints[ScaleLeases] {
 		ws = append(ws, Workload{Kind: Scale, Axis: ScaleLeases, Clients: 1, Names: n, Duration: d})

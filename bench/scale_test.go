@@ -107,7 +107,7 @@ func TestScaleCurvesOnMemory(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	tg := MemoryTarget()
 	var rows []*Row
-	for _, w := range scaleWorkloads(200 * time.Millisecond) {
+	for _, w := range scaleWorkloads(200*time.Millisecond, 200*time.Millisecond) {
 		r, err := RunScale(ctx, tg, nil, w, nil)
 		if err != nil || r.Skipped != "" {
 			t.Fatalf("%s skipped: %s", w.Label(), r.Skipped)

@@ -213,10 +213,11 @@ func Plan(o PlanOptions) []Workload {
 		ws = append(ws, semaphoreWorkload(d(2400*time.Millisecond, 600*time.Millisecond)))
 	}
 	if want(Scale) {
-		// One point: 450 ms (names: 10 rounds of 22.5 ms for dlock and
-		// for its floor; waiters: 450 ms), 300 ms with -quick; the leases
-		// curve measures one refresh period (1 s) whatever the duration.
-		ws = append(ws, scaleWorkloads(d(450*time.Millisecond, 300*time.Millisecond))...)
+		// One point: 450 ms (waiters), 300 ms with -quick; the leases
+		// curve measures one refresh period (1 s) whatever the duration;
+		// a names point ScaleNamesTime (10 rounds of 100 ms for dlock and
+		// for its floor), ScaleNamesTimeQuick with -quick.
+		ws = append(ws, scaleWorkloads(d(450*time.Millisecond, 300*time.Millisecond), d(ScaleNamesTime, ScaleNamesTimeQuick))...)
 	}
 	return ws
 }
