@@ -35,7 +35,7 @@ func driverCycleOf(b *testing.B, blocking bool) (cycle func(ctx context.Context,
 }
 
 // driverCycleAt is driverCycleOf on the server or Cluster of rawURL.
-func driverCycleAt(b *testing.B, rawURL string, blocking bool) (cycle func(ctx context.Context, name string) error, closeFn func()) {
+func driverCycleAt(b testing.TB, rawURL string, blocking bool) (cycle func(ctx context.Context, name string) error, closeFn func()) {
 	d, err := openURL(context.Background(), rawURL)
 	if err != nil {
 		b.Fatal(err)

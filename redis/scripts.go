@@ -128,7 +128,22 @@ func (s *script) args(dst []any, numkeys string) []any {
 // doer is what runs a command: *goredis.Client, *goredis.ClusterClient,
 // goredis.UniversalClient.
 type doer interface {
-	Do(ctx context.Context, args ...any) *goredis.Cmd
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// do runs one command on c, as c.Do would, but with the command's key step
+// count set. go-redis's ClusterClient looks a command's step count up in
+// its COMMAND INFO cache on every call where it is unset (0, which is
+// EVALSHA's own), and with ContextTimeoutEnabled each lookup makes a
+// context with a 5 s timer of its own: a timer made and stopped per
+// command, on a path that makes none. The count steers only the split of
+// a multi-shard command (a policy that EVAL and EVALSHA never have), where
+// 1 is go-redis's default.
+func do(ctx context.Context, c doer, args []any) *goredis.Cmd {
+	cmd := goredis.NewCmd(ctx, args...)
+	cmd.SetStepCount(1)
+	_ = c.Process(ctx, cmd)
+	return cmd
 }
 
 // run runs the list made by s.args, then the keys and arguments: EVALSHA,
@@ -136,12 +151,12 @@ type doer interface {
 // caches the script again). args is only read, so that Redlock's nodes
 // may share one list.
 func (s *script) run(ctx context.Context, c doer, args []any) *goredis.Cmd {
-	cmd := c.Do(ctx, args...)
+	cmd := do(ctx, c, args)
 	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		eval := make([]any, len(args))
 		copy(eval, args)
 		eval[0], eval[1] = "eval", s.src
-		cmd = c.Do(ctx, eval...)
+		cmd = do(ctx, c, eval)
 	}
 	return cmd
 }
