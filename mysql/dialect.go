@@ -287,14 +287,16 @@ func (dialect) TTLRange(s sqllock.Strategy) (lo, hi time.Duration) {
 func waitTimeout(ttl time.Duration) int64 { return sqllock.CeilSeconds(ttl, 1, maxWaitTimeout) }
 
 // getLockTimeout is GET_LOCK's timeout in seconds for r: 0 for NoWait,
-// else the wait (a second at least, the server's longest at most; a wait
-// that ends early is started again).
+// else the wait less sqllock.WaitMargin, so that the server ends it
+// before the context's deadline would cost the connection (a millisecond
+// at least, the server's longest at most; a wait that ends early is
+// started again).
 func getLockTimeout(r sqllock.Req) float64 {
 	switch {
 	case r.NoWait:
 		return 0
 	case r.Wait > 0:
-		return float64(sqllock.CeilMillis(r.Wait, 1, int64(maxGetLockWait/time.Millisecond))) / 1000
+		return float64(sqllock.CeilMillis(sqllock.ServerWait(r, time.Millisecond), 1, int64(maxGetLockWait/time.Millisecond))) / 1000
 	}
 	return maxWaitTimeout
 }

@@ -11,10 +11,14 @@ import (
 
 // FuzzTimeouts: every duration the dialect sends to the server (the
 // session's wait_timeout from the TTL, innodb_lock_wait_timeout and
-// GET_LOCK's timeout from the wait) is never shorter than asked (so a
-// lease is never cut short), never wraps, and stays within the server's
-// range; for a TTL in the declared range nothing is clamped. (The
-// version expiry, a DATETIME(6), must stay below the year 10000.)
+// GET_LOCK's timeout from the wait) never wraps and stays within the
+// server's range; wait_timeout and innodb_lock_wait_timeout are never
+// shorter than asked (so a lease is never cut short), and for a TTL in the
+// declared range nothing is clamped; GET_LOCK's timeout is never shorter
+// than sqllock.ServerWait, and ends a wait longer than the margin before
+// its deadline (the context's deadline, reached first, would cost the
+// connection). (The version expiry, a DATETIME(6), must stay below the
+// year 10000.)
 func FuzzTimeouts(f *testing.F) {
 	d := dialect{}
 	sqltest.FuzzTimeouts(f, d, time.Second, []time.Duration{maxPinnedTTL, maxVersionTTL}, func(t *testing.T, ttl time.Duration) {
@@ -30,7 +34,9 @@ func FuzzTimeouts(f *testing.F) {
 			t.Fatalf("innodb_lock_wait_timeout for %v: %d", ttl, lw)
 		}
 		gl := getLockTimeout(sqllock.Req{Wait: ttl})
-		if gl <= 0 || gl > maxWaitTimeout || ttl > 0 && gl < maxWaitTimeout && time.Duration(gl*1e9) < ttl-time.Microsecond {
+		server := time.Duration(gl * 1e9)
+		if gl <= 0 || gl > maxWaitTimeout || ttl > 0 && gl < maxWaitTimeout &&
+			(server < sqllock.ServerWait(sqllock.Req{Wait: ttl}, time.Millisecond)-time.Microsecond || ttl > sqllock.WaitMargin+time.Millisecond && server >= ttl) {
 			t.Fatalf("GET_LOCK timeout for %v: %v", ttl, gl)
 		}
 	})

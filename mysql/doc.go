@@ -47,8 +47,9 @@
 //     SELECT … FOR UPDATE (NOWAIT for TryAcquire) in a transaction kept
 //     open on a connection pinned for the lease. Waiters wait in InnoDB's
 //     row-lock queue; Acquire's wait is bounded by the context's deadline
-//     (innodb_lock_wait_timeout, whole seconds) and cut short by its
-//     cancellation (the client closes the connection and the driver KILLs
+//     (innodb_lock_wait_timeout, whole seconds: a deadline that the
+//     server's timeout does not end first interrupts the wait, which
+//     costs its connection) and cut short by its cancellation (the client closes the connection and the driver KILLs
 //     its session on the server, so no waiter is left behind; the KILL
 //     names the session by a user lock it took when it connected,
 //     KILL IS_USED_LOCK(marker), never by a connection id alone, which

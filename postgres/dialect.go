@@ -208,11 +208,14 @@ func (dialect) TTLRange(s sqllock.Strategy) (lo, hi time.Duration) {
 // up, within 1 and the server's largest.
 func timeoutMS(d time.Duration) int64 { return sqllock.CeilMillis(d, 1, maxTimeoutMS) }
 
+// lockTimeout is the lock_timeout of r's wait: its bound less
+// sqllock.WaitMargin ("0": no bound), so that the server ends a wait
+// before the context's deadline would cost the connection.
 func lockTimeout(r sqllock.Req) string {
 	if r.Wait <= 0 {
 		return "0"
 	}
-	return strconv.FormatInt(timeoutMS(r.Wait), 10)
+	return strconv.FormatInt(timeoutMS(sqllock.ServerWait(r, time.Millisecond)), 10)
 }
 
 func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqllock.Stmt {

@@ -44,7 +44,9 @@
 //     SELECT … FOR UPDATE (NOWAIT for TryAcquire) in a transaction kept
 //     open on a connection pinned for the lease. Waiters wait in the
 //     server's row-lock queue; Acquire's wait is bounded by the context's
-//     deadline (lock_timeout) and cut short by its cancellation. Release
+//     deadline (lock_timeout, which the server ends 20ms before it, so
+//     that a wait that times out keeps its connection) and cut short by
+//     its cancellation. Release
 //     rolls back (nothing is committed, so nothing waits for a flush).
 //     The lease's transaction has idle_in_transaction_session_timeout
 //     set to the lease TTL: a holder that stops talking (paused,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -113,14 +114,7 @@ func TestForUpdatePoolFull(t *testing.T) {
 // nothing, and a session's value shorter than a lease's TTL never ends
 // that lease early: such a grant sets its own, for its transaction.
 func TestForUpdateSessionIdleTimeout(t *testing.T) {
-	srv := testenv.Postgres(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	sc := rawConn(t, ctx)
-	table := fmt.Sprintf("sessidle_%d", time.Now().UnixNano())
-	// One connection: every lease runs on the same session.
-	l := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", table, "pool_max_conns", "1"))
-	other := sqltest.Open(t, ctx, sqltest.WithParams(srv.URL, "strategy", "forupdate", "table", table))
+	ctx, sc, l, other := oneSession(t, "sessidle", "forupdate")
 	const name = "sessidle"
 	const short, long = 300 * time.Millisecond, 3 * time.Second
 	// grant takes the lease with ttl and reports whether its statement
@@ -132,15 +126,7 @@ func TestForUpdateSessionIdleTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pid, err := sqltest.HolderSession(ctx, other, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var query string
-		if err := sc.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", pid).Scan(&query); err != nil {
-			t.Fatal(err)
-		}
-		return ls, strings.Contains(query, "idle_in_transaction_session_timeout")
+		return ls, strings.Contains(holderQuery(t, ctx, sc, other, name), "idle_in_transaction_session_timeout")
 	}
 	release := func(ls *dlock.Lease) {
 		t.Helper()
@@ -188,6 +174,87 @@ func TestForUpdateSessionIdleTimeout(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// oneSession opens, on a table of its own (named after prefix), a Locker
+// of strategy with one connection (every lease and wait of it runs on the
+// same session) and another Locker, and a raw connection for
+// pg_stat_activity.
+func oneSession(t *testing.T, prefix, strategy string) (ctx context.Context, sc *pgx.Conn, l, other *dlock.Locker) {
+	srv := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	url := sqltest.WithParams(srv.URL, "strategy", strategy, "table", fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()))
+	return ctx, rawConn(t, ctx), sqltest.Open(t, ctx, url+"&pool_max_conns=1"), sqltest.Open(t, ctx, url)
+}
+
+// TestWaitEndsOnServer: a blocking Acquire of a held lock that reaches its
+// deadline is ended by the server (lock_timeout, sqllock.WaitMargin
+// before the deadline), not by the context, whose interruption of the
+// statement costs the connection: the Locker's one session is the same
+// after such waits. (Ended at the deadline or later, the wait always
+// lost that race: its timer starts when the statement reaches the
+// server.)
+func TestWaitEndsOnServer(t *testing.T) {
+	for _, strategy := range []string{"forupdate", "advisory"} {
+		t.Run(strategy, func(t *testing.T) {
+			ctx, _, l, other := oneSession(t, "waitends", strategy)
+			const name = "waitends"
+			session := func() int64 {
+				t.Helper()
+				ls, err := l.TryAcquire(ctx, name, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ls.Release(ctx)
+				pid, err := sqltest.HolderSession(ctx, other, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return pid
+			}
+			before := session()
+			held, err := other.TryAcquire(ctx, name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wait := range []time.Duration{300 * time.Millisecond, 30 * time.Millisecond, 700 * time.Millisecond} {
+				actx, cancel := context.WithTimeout(ctx, wait)
+				start := time.Now()
+				_, err := l.Acquire(actx, name, nil)
+				took := time.Since(start)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || took < wait {
+					t.Fatalf("a wait of %v for a held lock ended after %v with %v; want its deadline", wait, took, err)
+				}
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := session(); after != before {
+				t.Errorf("the Locker's one session was %d before three waits that reached their deadline and is %d after: a wait was interrupted, not ended by the server", before, after)
+			}
+		})
+	}
+}
+
+// holderQuery is the last statement of the session that holds name.
+func holderQuery(t *testing.T, ctx context.Context, sc *pgx.Conn, admin *dlock.Locker, name string) string {
+	t.Helper()
+	pid, err := sqltest.HolderSession(ctx, admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sessionQuery(t, ctx, sc, pid)
+}
+
+func sessionQuery(t *testing.T, ctx context.Context, sc *pgx.Conn, pid int64) string {
+	t.Helper()
+	var query string
+	if err := sc.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", pid).Scan(&query); err != nil {
+		t.Fatal(err)
+	}
+	return query
 }
 
 // TestForUpdateUserPoolKeepsSettings: on a pool passed in (OpenLocker)

@@ -115,7 +115,7 @@ func (l *Locker) acquirePinned(ctx context.Context, req driver.Request, wait boo
 			c.Release(false)
 			return nil, l.notAcquired()
 		case stepWaitEnded:
-			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < 50*time.Millisecond {
+			if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < rewaitMin {
 				c.Release(false)
 				<-ctx.Done()
 				return nil, ctx.Err()

@@ -487,7 +487,7 @@ func (l *Locker) waitOn(ctx context.Context, sh Sharer, s *session, req Req, kep
 		case err == nil || kind == KindBusy:
 			// The server's wait ended: at ctx's deadline, or early (its
 			// timeout is rounded): wait again.
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < rewaitMin {
 				l.mu.Lock()
 				l.relist(s)
 				l.mu.Unlock()

@@ -207,7 +207,8 @@ type Req struct {
 	TTL time.Duration
 	// NoWait: fail at once when the lock is held (TryAcquire).
 	NoWait bool
-	// Wait bounds a blocking wait (0: no bound).
+	// Wait bounds a blocking wait (0: no bound). A dialect has the server
+	// end the wait WaitMargin sooner (ServerWait).
 	Wait time.Duration
 	// Token is the grant's token (version refresh and release).
 	Token int64
@@ -534,6 +535,31 @@ func Micros(d time.Duration) int64 { return CeilUnits(d, time.Microsecond, 1, ma
 
 // CeilSeconds returns d in whole seconds rounded up, within [lo, hi].
 func CeilSeconds(d time.Duration, lo, hi int64) int64 { return CeilUnits(d, time.Second, lo, hi) }
+
+// WaitMargin is how much sooner than a blocking Acquire's deadline the
+// server ends its wait (lock_timeout, GET_LOCK's timeout): the server's
+// timer starts when the statement reaches it, so a wait it ends at the
+// deadline or later always loses the race with the context's deadline,
+// whose interruption of the statement costs the connection (the driver
+// abandons it, and the next lease pays for a new one). It is less than
+// rewaitMin: a wait the server ends this early is not started again; the
+// Locker waits out the deadline with the connection back in the pool.
+// (MySQL's innodb_lock_wait_timeout counts whole seconds: the forupdate
+// waits there cannot be ended this way.)
+const WaitMargin = 20 * time.Millisecond
+
+// rewaitMin: a wait the server ended with less than this left before the
+// deadline is not started again.
+const rewaitMin = 50 * time.Millisecond
+
+// ServerWait is how long the server should wait for r's lock: r.Wait less
+// WaitMargin, at least lo (0 when r.Wait is 0: no bound).
+func ServerWait(r Req, lo time.Duration) time.Duration {
+	if r.Wait <= 0 {
+		return 0
+	}
+	return max(r.Wait-WaitMargin, lo)
+}
 
 // CeilMillis returns d in whole milliseconds rounded up, within [lo, hi].
 func CeilMillis(d time.Duration, lo, hi int64) int64 { return CeilUnits(d, time.Millisecond, lo, hi) }
