@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,70 +169,179 @@ func (l *listening) Close() {
 type conn struct {
 	c *pgxpool.Conn
 	// owned: the connection is the driver's own, whose session settings
-	// it may change (sessionIdle).
+	// it may change (sessionSettings).
 	owned bool
-	// idle is the idle_in_transaction_session_timeout that the grant on
-	// this connection set for its transaction alone, for the release to
-	// make the session's ("": none).
-	idle string
+	// set is what the grant on this connection set for its transaction
+	// alone, for the release to make the session's.
+	set settings
 }
 
-// sessionIdleKey keys, in a connection's CustomData, the
-// idle_in_transaction_session_timeout its session has (sessionIdle).
-const sessionIdleKey = "dlock.idle"
+// settings are a session's idle_in_transaction_session_timeout and
+// lock_timeout, each a count of milliseconds as text ("": not known).
+type settings struct{ idle, wait string }
+
+// The keys, in a connection's CustomData, of the settings its session has
+// (sessionSettings).
+const (
+	sessionIdleKey = "dlock.idle"
+	sessionWaitKey = "dlock.lock_timeout"
+)
 
 func (c *conn) Run(ctx context.Context, stmts []sqllock.Stmt, dest ...any) (bool, error) {
-	stmts, set := c.sessionIdle(stmts)
+	stmts, set := c.sessionSettings(stmts)
 	found, err := run(ctx, c.c, stmts, dest)
 	data := c.c.Conn().PgConn().CustomData()
-	switch {
-	case err != nil:
+	if err != nil {
 		// Whatever the session has now, the next grant sets its own.
 		delete(data, sessionIdleKey)
-		c.idle = ""
-	case set != "":
-		data[sessionIdleKey] = set
+		delete(data, sessionWaitKey)
+		c.set = settings{}
+		return found, err
+	}
+	if set.idle != "" {
+		data[sessionIdleKey] = set.idle
+	}
+	if set.wait != "" {
+		data[sessionWaitKey] = set.wait
 	}
 	return found, err
 }
 
-// sessionIdle spares a forupdate grant on the driver's own connections
-// the setting of its idle timeout (a cost of the server's per grant):
-// a session whose own idle_in_transaction_session_timeout is the TTL
-// already (set by an earlier release) runs the grant's variant that sets
-// nothing (without the timeout's argument); any other grant sets it for
-// its transaction, as on a user's pool, and its release, a ROLLBACK
-// alone, then makes it the session's with a SET after the ROLLBACK, in
-// the same round trip (a SET inside the lease's transaction would be
-// rolled back with it). set is the value the returned script gives the
-// session when it succeeds ("": none). A session's value is never less
-// than the TTL of a grant that relies on it: it is the same value, or the
-// grant sets its own.
-func (c *conn) sessionIdle(stmts []sqllock.Stmt) (out []sqllock.Stmt, set string) {
+// sessionSettings spares a forupdate grant on the driver's own
+// connections the settings that its session has already (each a cost of
+// the server's per grant; together some 5 µs of a grant's 170):
+//
+//   - the idle timeout, when the session's own
+//     idle_in_transaction_session_timeout is the TTL;
+//   - a wait's lock_timeout, when the session's own lock_timeout serves
+//     the wait (waitServes: no more than the wait, and more than half of
+//     it).
+//
+// Such a grant runs the variant of its query that leaves those settings
+// out (grantVariants). A grant that sets one for its transaction, as on a
+// user's pool, has its release, a ROLLBACK alone, make it the session's
+// with a SET after the ROLLBACK, in the same round trip (a SET inside the
+// lease's transaction would be rolled back with it): the idle timeout as
+// it is, the lock_timeout as sessionWait makes it (unless that is too
+// short to keep). set is what the
+// returned script gives the session when it succeeds (zero: nothing).
+//
+// A session's idle timeout is never less than the TTL of a grant that
+// relies on it: it is the same value, or the grant sets its own. A wait
+// that relies on the session's lock_timeout is never ended after its
+// deadline; it may end before it (at the session's value, at most half
+// the wait early), and the Locker then waits again for the rest, with the
+// rest as the grant's own lock_timeout.
+func (c *conn) sessionSettings(stmts []sqllock.Stmt) (out []sqllock.Stmt, set settings) {
 	if !c.owned || len(stmts) == 0 {
-		return stmts, ""
+		return stmts, settings{}
 	}
 	last := stmts[len(stmts)-1]
-	if len(stmts) == 1 && last.SQL == "ROLLBACK" && c.idle != "" {
-		set, c.idle = c.idle, ""
-		return []sqllock.Stmt{last, sqllock.S("SET idle_in_transaction_session_timeout = " + set)}, set
+	if len(stmts) == 1 && last.SQL == "ROLLBACK" && c.set != (settings{}) {
+		set, c.set = c.set, settings{}
+		out = []sqllock.Stmt{last}
+		if set.idle != "" {
+			out = append(out, sqllock.S("SET idle_in_transaction_session_timeout = "+set.idle))
+		}
+		if set.wait != "" {
+			out = append(out, sqllock.S("SET lock_timeout = "+set.wait))
+		}
+		return out, set
 	}
-	variant, ok := idleSet.Load(last.SQL)
-	if !ok || len(last.Args) < 2 {
-		return stmts, ""
+	found, ok := grantVariantsOf.Load(last.SQL)
+	if !ok {
+		return stmts, settings{}
 	}
-	ttl, _ := last.Args[1].(string)
-	if _, err := strconv.ParseUint(ttl, 10, 63); err != nil {
-		return stmts, "" // not a count of milliseconds: never put in a SET
+	v := found.(*grantVariants)
+	ttl, wait := argMillis(last.Args, 1), int64(0)
+	if v.wait {
+		wait = argMillis(last.Args, 2)
 	}
-	if have, _ := c.c.Conn().PgConn().CustomData()[sessionIdleKey].(string); have == ttl {
-		out = slices.Clone(stmts)
-		out[len(out)-1] = sqllock.Stmt{SQL: variant.(string), Args: slices.Delete(slices.Clone(last.Args), 1, 2)}
-		return out, ""
+	if ttl < 0 || wait < 0 {
+		return stmts, settings{} // not a count of milliseconds: never put in a SET
 	}
-	c.idle = ttl
-	return stmts, ""
+	data := c.c.Conn().PgConn().CustomData()
+	skip := 0
+	if have, _ := data[sessionIdleKey].(string); have == last.Args[1] {
+		skip |= skipIdle
+	} else {
+		c.set.idle = last.Args[1].(string)
+	}
+	if v.wait {
+		if have, ok := data[sessionWaitKey].(string); ok && waitServes(have, wait) {
+			skip |= skipWait
+		} else if w := sessionWait(wait); w != "" {
+			c.set.wait = w
+		}
+	}
+	if skip == 0 {
+		return stmts, settings{}
+	}
+	args := slices.Clone(last.Args)
+	if skip&skipWait != 0 {
+		args = slices.Delete(args, 2, 3)
+	}
+	if skip&skipIdle != 0 {
+		args = slices.Delete(args, 1, 2)
+	}
+	out = slices.Clone(stmts)
+	out[len(out)-1] = sqllock.Stmt{SQL: v.q[skip], Args: args}
+	return out, settings{}
 }
+
+// argMillis is args[i], a count of milliseconds as text, or -1 when it
+// is none (missing, not text, not a decimal count).
+func argMillis(args []any, i int) int64 {
+	if i >= len(args) {
+		return -1
+	}
+	s, _ := args[i].(string)
+	n, err := strconv.ParseUint(s, 10, 63)
+	if err != nil {
+		return -1
+	}
+	return int64(n)
+}
+
+// waitServes reports whether a session whose lock_timeout is have (as
+// sessionWait made it) may run a wait of wait milliseconds (0: no bound)
+// without setting its own: for no bound, a session without one; else a
+// bound no later than the wait's and more than half of it, so that the
+// server never ends the wait after its deadline and ends it early (the
+// Locker then waits again for the rest) only after more than half of it.
+func waitServes(have string, wait int64) bool {
+	h, err := strconv.ParseInt(have, 10, 64)
+	if err != nil {
+		return false
+	}
+	if wait == 0 {
+		return h == 0
+	}
+	return h > 0 && h <= wait && 2*h > wait
+}
+
+// sessionWait is the lock_timeout that a release gives its session after
+// a grant whose wait was wait milliseconds: the largest power of two no
+// greater than it (0 for 0), which serves every later wait from that value
+// to just under twice it. The waits of one application tend to share
+// their bound (a request's deadline, a job's timeout), and one value
+// serves them all. A value under minSessionWait is not given ("": the
+// session keeps its own): the session's lock_timeout also bounds the
+// brief waits of statements that set none (a semaphore's header row), and
+// those must not fail for a short wait that happened to come first.
+func sessionWait(wait int64) string {
+	if wait == 0 {
+		return "0"
+	}
+	if p := int64(1) << (bits.Len64(uint64(wait)) - 1); p >= minSessionWait {
+		return strconv.FormatInt(p, 10)
+	}
+	return ""
+}
+
+// minSessionWait is the least lock_timeout, in milliseconds, that a
+// release gives its session (sessionWait).
+const minSessionWait = 1024
 
 func (c *conn) Session() int64 { return int64(c.c.Conn().PgConn().PID()) }
 

@@ -239,9 +239,9 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 		// step sits above the scan) and so before any wait for it;
 		// NOWAIT does not wait. The idle timeout need only hold once the
 		// transaction is idle: the final SELECT sets it on the grant, for
-		// the transaction alone; on the driver's own connections the
-		// release makes it the session's, and the next grant of the same
-		// TTL on that connection skips it (conn.sessionIdle).
+		// the transaction alone. On the driver's own connections the
+		// release makes both settings the session's, and the next grant
+		// that the session's serve skips them (conn.sessionSettings).
 		args := []any{r.Name, ttl}
 		if !r.NoWait {
 			args = append(args, lockTimeout(r))
@@ -250,9 +250,12 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 			args = append(args, r.Owner)
 		}
 		q := cached(t, stmtKind{name: "forupdate", noWait: r.NoWait, owner: r.Owner != ""}, func() string {
-			q := forUpdateGrant(t, r, true)
-			idleSet.Store(q, forUpdateGrant(t, r, false))
-			return q
+			v := &grantVariants{wait: !r.NoWait}
+			for skip := range v.q {
+				v.q[skip] = forUpdateGrant(t, r, skip&skipIdle == 0, skip&skipWait == 0)
+			}
+			grantVariantsOf.Store(v.q[0], v)
+			return v.q[0]
 		})
 		lock := []sqllock.Stmt{sqllock.S("BEGIN"), sqllock.S(q, args...)}
 		if r.Create {
@@ -286,13 +289,15 @@ func (d dialect) Lock(s sqllock.Strategy, t sqllock.Table, r sqllock.Req) []sqll
 }
 
 // forUpdateGrant is the query of a forupdate grant (see Lock): the row
-// locked, the token taken, and with setIdle the transaction's
-// idle_in_transaction_session_timeout set. Its arguments are Lock's: the
-// name, the idle timeout, a wait's lock_timeout, the owner. Without
-// setIdle, the variant for a session whose own idle timeout is the TTL
-// already, the idle timeout is not an argument (the others move up one),
-// and a grant that announces nothing is the floor's statement.
-func forUpdateGrant(t sqllock.Table, r sqllock.Req, setIdle bool) string {
+// locked, the token taken, with setIdle the transaction's
+// idle_in_transaction_session_timeout set, and with setWait a wait's
+// lock_timeout. Its arguments are Lock's: the name, the idle timeout, a
+// wait's lock_timeout, the owner. Without setIdle or setWait, the variants
+// for a session whose own settings serve already (conn.sessionSettings),
+// the setting is not an argument (the later ones move up), and a grant that
+// waits for nothing, sets nothing and announces nothing is the floor's
+// statement.
+func forUpdateGrant(t sqllock.Table, r sqllock.Req, setIdle, setWait bool) string {
 	n := 1
 	next := func() string { n++; return "$" + strconv.Itoa(n) }
 	var grant []string
@@ -301,7 +306,10 @@ func forUpdateGrant(t sqllock.Table, r sqllock.Req, setIdle bool) string {
 	}
 	nowait, timeout := " NOWAIT", ""
 	if !r.NoWait {
-		nowait, timeout = "", " AND set_config('lock_timeout', "+next()+", true) IS NOT NULL"
+		nowait = ""
+		if setWait {
+			timeout = " AND set_config('lock_timeout', " + next() + ", true) IS NOT NULL"
+		}
 	}
 	if r.Owner != "" {
 		grant = append(grant, announce("f", next()+"::text", true))
@@ -314,10 +322,24 @@ func forUpdateGrant(t sqllock.Table, r sqllock.Req, setIdle bool) string {
 	return "WITH l AS (" + lock + "), g AS (SELECT " + token + " AS f FROM l) SELECT f FROM g WHERE " + strings.Join(grant, " AND ")
 }
 
-// idleSet maps each forupdate grant query that sets the transaction's
-// idle timeout to its variant that does not (forUpdateGrant), which takes
-// the same arguments but the second.
-var idleSet sync.Map
+// grantVariants are a forupdate grant query's variants (forUpdateGrant),
+// indexed by the settings they leave to the session (skipIdle, skipWait):
+// q[0] sets both, as Lock returns it. Each variant takes Lock's arguments
+// but those of the settings it skips: the idle timeout is the second, a
+// wait's lock_timeout (wait) the third.
+type grantVariants struct {
+	wait bool
+	q    [4]string
+}
+
+const (
+	skipIdle = 1 << iota
+	skipWait
+)
+
+// grantVariantsOf maps each forupdate grant query that Lock returns to its
+// variants.
+var grantVariantsOf sync.Map
 
 // advisoryGrant is the query of an advisory grant: one row, the token,
 // when the lock of key $1 is taken (OFFSET 0 keeps the WHERE from being
@@ -407,12 +429,14 @@ const counterJump = 1 << 36
 // has it empty), in a transaction whose commit is flushed
 // (synchronous_commit on): the counter's jump is in the WAL on disk
 // before any session can see the marker, and so before any token of the
-// new incarnation is taken. The table lock serialises recoveries; a
-// recovery that finds the marker does nothing.
+// new incarnation is taken. The table lock serialises recoveries, waiting
+// for as long as the context allows (lock_timeout 0: not the session's,
+// which a grant's wait may have set); a recovery that finds the marker
+// does nothing.
 func (dialect) Recover(t sqllock.Table) []sqllock.Stmt {
 	return []sqllock.Stmt{
 		sqllock.S("BEGIN"),
-		sqllock.S("SELECT set_config('synchronous_commit', 'on', true)"),
+		sqllock.S("SELECT set_config('synchronous_commit', 'on', true), set_config('lock_timeout', '0', true)"),
 		sqllock.S("LOCK TABLE " + t.Live + " IN EXCLUSIVE MODE"),
 		sqllock.S("SELECT setval(" + quoteLiteral(t.Seq) + ", s.last_value + " + strconv.FormatInt(counterJump, 10) + ") FROM " + t.Seq + " s WHERE NOT EXISTS (SELECT 1 FROM " + t.Live + ")"),
 		sqllock.S("INSERT INTO " + t.Live + " (since) SELECT now() WHERE NOT EXISTS (SELECT 1 FROM " + t.Live + ")"),

@@ -257,6 +257,140 @@ func sessionQuery(t *testing.T, ctx context.Context, sc *pgx.Conn, pid int64) st
 	return query
 }
 
+// TestForUpdateSessionLockTimeout: on the driver's own connections a
+// release makes a blocking grant's lock_timeout the session's, rounded
+// down to a power of two milliseconds (1024 at least: a shorter one is not
+// kept), and a later blocking grant whose wait that serves (no more than
+// the wait, more than half of it) sets none. A wait that relies on the session's value still ends at its own
+// deadline, by the server (the connection is kept), and still takes a
+// lock freed after the session's value has run out.
+func TestForUpdateSessionLockTimeout(t *testing.T) {
+	ctx, sc, l, other := oneSession(t, "sesswait", "forupdate")
+	const name = "sesswait"
+	// acquire takes name with a wait of at most wait, and reports whether
+	// the grant set lock_timeout.
+	acquire := func(wait time.Duration) bool {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		ls, err := l.Acquire(actx, name, &dlock.AcquireOptions{NoKeepAlive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets := strings.Contains(holderQuery(t, ctx, sc, other, name), "lock_timeout")
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return sets
+	}
+	steps := []struct {
+		wait time.Duration
+		sets bool
+	}{
+		// The server's wait is the deadline less sqllock.WaitMargin.
+		{1500 * time.Millisecond, true},  // a new session: set; the session's becomes 1024ms
+		{1500 * time.Millisecond, false}, // 1024ms serves a wait of ~1480ms
+		{5 * time.Second, true},          // 1024ms does not serve ~4980ms; the session's becomes 4096ms
+		{1500 * time.Millisecond, true},  // 4096ms would end the wait after its deadline; 1024ms again
+		{1900 * time.Millisecond, false}, // 1024ms serves ~1880ms
+	}
+	for i, s := range steps {
+		if sets := acquire(s.wait); sets != s.sets {
+			t.Fatalf("step %d (wait %v): the grant set lock_timeout: %v, want %v", i, s.wait, sets, s.sets)
+		}
+	}
+	held, err := other.TryAcquire(ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// waiting is the session of l that waits for name, and its statement.
+	waiting := func() (pid int64, query string) {
+		t.Helper()
+		for end := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+			err := sc.QueryRow(ctx, "SELECT pid, query FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND query LIKE '%sesswait%'").Scan(&pid, &query)
+			if err == nil || time.Now().After(end) {
+				if err != nil {
+					t.Fatalf("no session waits for %q: %v", name, err)
+				}
+				return pid, query
+			}
+		}
+	}
+	// The session's 1024ms serves a wait of 1900ms: the server ends it
+	// after 1024ms, and the Locker waits again for the rest, setting that.
+	const wait = 1900 * time.Millisecond
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(actx, name, nil)
+		if err == nil {
+			err = errors.Join(errors.New("granted"), ls.Release(ctx))
+		}
+		done <- err
+	}()
+	pid, query := waiting()
+	if strings.Contains(query, "lock_timeout") {
+		t.Errorf("the first wait set lock_timeout, which the session's serves: %s", query)
+	}
+	time.Sleep(time.Until(start.Add(1400 * time.Millisecond)))
+	if again, query := waiting(); again != pid || !strings.Contains(query, "lock_timeout") {
+		t.Errorf("after the session's 1024ms the wait is session %d running %q; want session %d setting its own lock_timeout", again, query, pid)
+	}
+	err = <-done
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took < wait || took > wait+time.Second {
+		t.Fatalf("a wait of %v for a held lock ended after %v with %v; want the deadline", wait, took, err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A statement that failed (the wait, ended by the server) makes the
+	// Locker forget what the session has: the next grants set their own,
+	// a short wait's (300ms) is not kept, a wait of 1500ms's is (1024ms),
+	// and the next relies on it.
+	for i, sets := range []bool{true, true, false} {
+		if got := acquire([]time.Duration{300 * time.Millisecond, 1500 * time.Millisecond, 1500 * time.Millisecond}[i]); got != sets {
+			t.Errorf("after a wait that timed out, grant %d set lock_timeout: %v, want %v", i, got, sets)
+		}
+	}
+	// The server ended the waits: the connection is the same.
+	ls, err := l.TryAcquire(ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := sqltest.HolderSession(ctx, other, name); err != nil || again != pid {
+		t.Errorf("after the wait ended, l's session is %d (%v); want %d, kept", again, err, pid)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lock freed after the session's value (1024ms) ran out is still
+	// taken.
+	if held, err = other.TryAcquire(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	actx2, cancel2 := context.WithTimeout(ctx, wait)
+	defer cancel2()
+	go func() {
+		ls, err := l.Acquire(actx2, name, nil)
+		if err == nil {
+			err = ls.Release(ctx)
+		}
+		done <- err
+	}()
+	waiting()
+	time.Sleep(time.Until(start.Add(1300 * time.Millisecond)))
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a lock freed 1.3s into a wait of %v, after the session's 1024ms: %v", wait, err)
+	}
+}
+
 // TestForUpdateUserPoolKeepsSettings: on a pool passed in (OpenLocker)
 // a forupdate lease changes none of its session's settings.
 func TestForUpdateUserPoolKeepsSettings(t *testing.T) {
